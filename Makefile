@@ -1,0 +1,42 @@
+# numbatraj: every install step lives here, so a fresh machine with Python 3.11 and pip
+# needs nothing else.  `make demo` and `make test` are the quick start.
+
+PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
+VENV   := .venv
+PY     := $(VENV)/bin/python
+EXTRAS := test,lint,lerobot,remote,cuda
+STAMP  := $(VENV)/.installed
+# Numba's on-disk kernel cache, kept out of the source tree.
+export NUMBA_CACHE_DIR ?= $(CURDIR)/build/numba-cache
+
+.PHONY: venv demo test test-host test-cuda lint bench clean
+
+venv: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) examples/demo.py
+
+# Host tests compile real Numba kernels; device kernels run in a second pytest process under
+# the CUDA simulator (the variable must be set before numba is imported).
+test: $(STAMP)
+	$(PY) -m pytest -m "not cuda" tests
+	NUMBA_ENABLE_CUDASIM=1 $(PY) -m pytest -m cuda tests -p no:cacheprovider
+	$(PY) examples/demo.py --small
+
+lint: $(STAMP)
+	$(PY) -m ruff check numbatraj tests bench examples
+	$(PY) -m mypy numbatraj/io numbatraj/data
+
+bench: $(STAMP)
+	$(PY) -m pip install --quiet -e ".[$(EXTRAS),bench]" || true
+	mkdir -p bench/results
+	$(PY) -m pytest bench --benchmark-only --benchmark-json=bench/results/benchmarks.json -s
+
+clean:
+	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .benchmarks

@@ -1,0 +1,42 @@
+"""numbatraj: the storage layer underneath RL and robot-learning training.
+
+The public API is re-exported here; implementation modules are private.
+"""
+
+from numbatraj._version import __version__
+from numbatraj.data import (
+    RESERVED_COLUMNS,
+    ColumnSpec,
+    IndexBatch,
+    TrajectoryStore,
+    TrajectoryStoreWriter,
+    ValidationReport,
+    validate_store,
+)
+from numbatraj.errors import (
+    DeviceUnavailableError,
+    EpisodeError,
+    IntegrityError,
+    NotAStoreError,
+    NumbatrajError,
+    RowIndexError,
+    SchemaError,
+)
+
+__all__ = [
+    "__version__",
+    "ColumnSpec",
+    "IndexBatch",
+    "RESERVED_COLUMNS",
+    "TrajectoryStore",
+    "TrajectoryStoreWriter",
+    "ValidationReport",
+    "validate_store",
+    "NumbatrajError",
+    "SchemaError",
+    "EpisodeError",
+    "IntegrityError",
+    "NotAStoreError",
+    "RowIndexError",
+    "DeviceUnavailableError",
+]

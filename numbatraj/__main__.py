@@ -1,0 +1,5 @@
+import sys
+
+from numbatraj.cli import main
+
+sys.exit(main())

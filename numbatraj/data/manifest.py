@@ -1,0 +1,133 @@
+"""The ``__manifest__`` block: UTF-8 ``key=value`` lines stored as a uint8 dataset.
+
+Keys written by :func:`build_manifest`::
+
+    format=numbatraj.trajectory_store
+    format_version=1
+    numbatraj_version=0.1.0
+    env_id=walker-walk            (empty when unknown)
+    seed=99                       (empty when unknown)
+    n_rows=...
+    n_episodes=...
+    columns=state,action,reward
+    column.<name>.dtype=float32
+    column.<name>.shape=26        (comma separated; empty for a scalar row)
+    column.<name>.compression=none
+    attr.<key>=<value>            (user attributes, as strings)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from numbatraj._version import __version__
+from numbatraj.data.column import ColumnSpec
+from numbatraj.errors import IntegrityError, SchemaError
+
+__all__ = [
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "build_manifest",
+    "encode_manifest",
+    "decode_manifest",
+    "columns_from_manifest",
+    "check_attrs",
+]
+
+FORMAT_NAME = "numbatraj.trajectory_store"
+FORMAT_VERSION = 1
+
+
+def _check_text(what: str, text: str) -> None:
+    if "\n" in text or "\r" in text:
+        raise SchemaError(f"{what} {text!r} contains a newline; manifest lines are one per key")
+
+
+def check_attrs(attrs: Mapping[str, Any] | None) -> dict[str, str]:
+    """Coerce user attributes to ``str -> str`` and refuse keys or values the block cannot hold."""
+    out: dict[str, str] = {}
+    for key, value in (attrs or {}).items():
+        if not isinstance(key, str) or not key or "=" in key:
+            raise SchemaError(f"attrs key {key!r} must be a non-empty str without '='")
+        _check_text("attrs key", key)
+        sval = str(value)
+        _check_text(f"attrs[{key!r}] value", sval)
+        out[key] = sval
+    return out
+
+
+def build_manifest(
+    columns: Mapping[str, ColumnSpec],
+    *,
+    n_rows: int,
+    n_episodes: int,
+    env_id: str | None,
+    seed: int | None,
+    attrs: Mapping[str, str],
+) -> dict[str, str]:
+    """The manifest of a store as an ordered ``str -> str`` dict."""
+    m: dict[str, str] = {
+        "format": FORMAT_NAME,
+        "format_version": str(FORMAT_VERSION),
+        "numbatraj_version": __version__,
+        "env_id": "" if env_id is None else str(env_id),
+        "seed": "" if seed is None else str(int(seed)),
+        "n_rows": str(int(n_rows)),
+        "n_episodes": str(int(n_episodes)),
+        "columns": ",".join(columns),
+    }
+    for name, spec in columns.items():
+        m[f"column.{name}.dtype"] = spec.dtype.name
+        m[f"column.{name}.shape"] = ",".join(str(s) for s in spec.shape)
+        m[f"column.{name}.compression"] = spec.compression or "none"
+    for key, value in attrs.items():
+        m[f"attr.{key}"] = value
+    return m
+
+
+def encode_manifest(manifest: Mapping[str, str]) -> np.ndarray:
+    """UTF-8 bytes of the ``key=value`` lines, as a uint8 array."""
+    text = "".join(f"{k}={v}\n" for k, v in manifest.items())
+    return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).copy()
+
+
+def decode_manifest(raw: np.ndarray, *, where: str = "__manifest__") -> dict[str, str]:
+    """Parse a manifest block; malformed bytes raise :class:`IntegrityError` naming the line."""
+    try:
+        text = np.asarray(raw, dtype=np.uint8).tobytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise IntegrityError(f"{where} is not valid UTF-8: {exc}") from exc
+    out: dict[str, str] = {}
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line:
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise IntegrityError(f"{where} line {lineno} has no '=': {line!r}")
+        out[key] = value
+    return out
+
+
+def columns_from_manifest(manifest: Mapping[str, str]) -> tuple[dict[str, ColumnSpec], list[str]]:
+    """Column specs declared by a manifest, and a list of problems with the declarations."""
+    specs: dict[str, ColumnSpec] = {}
+    problems: list[str] = []
+    names = [n for n in manifest.get("columns", "").split(",") if n]
+    for name in names:
+        dtype = manifest.get(f"column.{name}.dtype")
+        shape_txt = manifest.get(f"column.{name}.shape")
+        if dtype is None or shape_txt is None:
+            problems.append(f"manifest lists column {name!r} without its dtype and shape")
+            continue
+        comp = manifest.get(f"column.{name}.compression", "none")
+        try:
+            shape = tuple(int(s) for s in shape_txt.split(",") if s)
+            specs[name] = ColumnSpec(
+                name, np.dtype(dtype), shape, compression=None if comp == "none" else comp
+            )
+        except (ValueError, TypeError) as exc:
+            problems.append(f"manifest declaration of column {name!r} is invalid: {exc}")
+    return specs, problems

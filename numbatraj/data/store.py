@@ -1,0 +1,207 @@
+"""TrajectoryStore: the read-only view of a trajectory store file."""
+
+from __future__ import annotations
+
+import os
+from types import TracebackType
+from typing import Any
+
+import h5py
+import numpy as np
+
+from numbatraj.data.column import ColumnSpec
+from numbatraj.data.layout import inspect_layout
+from numbatraj.errors import IntegrityError, RowIndexError, SchemaError
+from numbatraj.io.hdf5 import describe_compression, open_h5_read
+
+__all__ = ["TrajectoryStore"]
+
+
+class TrajectoryStore:
+    """Open a trajectory store read-only; the episode index is validated on open.
+
+    Opens files written by :class:`~numbatraj.TrajectoryStoreWriter` and foreign HDF5 files
+    that carry an episode index (``ep_len``, optionally ``ep_offset``) with columns as
+    top-level datasets, such as the PushT expert dataset.  There is deliberately no
+    gather-by-index-from-disk method: scattered reads from disk are thousands of times slower
+    than a resident gather (see docs/residency.md).  Load a column with :meth:`load_column`
+    (or ``ResidentColumn``) and gather from memory; read disk in contiguous slabs.
+
+    Parameters
+    ----------
+    path : path-like
+        The ``.h5`` file.
+    chunk_cache_bytes : int
+        HDF5 chunk cache per dataset.
+
+    Raises
+    ------
+    NotAStoreError
+        The file has no episode index.
+    IntegrityError
+        The episode index, manifest and columns disagree; the message lists every problem.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, chunk_cache_bytes: int = 16 << 20) -> None:
+        self.path = os.fspath(path)
+        f = open_h5_read(self.path, chunk_cache_bytes=chunk_cache_bytes)
+        try:
+            layout, problems = inspect_layout(f, repr(self.path))
+        except BaseException:
+            f.close()
+            raise
+        if problems:
+            f.close()
+            listing = "\n".join(f"  - {p}" for p in problems)
+            raise IntegrityError(
+                f"{self.path!r} is not a consistent trajectory store "
+                f"({len(problems)} problem(s)):\n{listing}"
+            )
+        self._f: h5py.File | None = f
+        self._layout = layout
+        self._lengths = layout.lengths.copy()
+        self._offsets = layout.offsets.copy()
+        self._lengths.flags.writeable = False
+        self._offsets.flags.writeable = False
+
+    # ------------------------------------------------------------------ metadata
+    @property
+    def n_rows(self) -> int:
+        """Total rows (every column has this many)."""
+        return self._layout.n_rows
+
+    @property
+    def n_episodes(self) -> int:
+        return int(self._lengths.shape[0])
+
+    @property
+    def columns(self) -> dict[str, ColumnSpec]:
+        """Column name -> :class:`ColumnSpec`, in file order."""
+        return dict(self._layout.columns)
+
+    @property
+    def manifest(self) -> dict[str, str]:
+        """The manifest's ``key -> value`` strings (empty for a foreign file)."""
+        return dict(self._layout.manifest)
+
+    @property
+    def is_foreign(self) -> bool:
+        """True when the file has no numbatraj manifest (its schema was recovered)."""
+        return self._layout.foreign
+
+    @property
+    def episode_lengths(self) -> np.ndarray:
+        """int64 ``(n_episodes,)``, read-only."""
+        return self._lengths
+
+    @property
+    def episode_offsets(self) -> np.ndarray:
+        """int64 ``(n_episodes,)`` start row of each episode, read-only."""
+        return self._offsets
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._layout.columns
+
+    def spec(self, name: str) -> ColumnSpec:
+        """The :class:`ColumnSpec` of ``name``; unknown names raise listing the columns."""
+        try:
+            return self._layout.columns[name]
+        except KeyError:
+            raise SchemaError(
+                f"{self.path!r} has no column {name!r}; columns: "
+                f"{', '.join(self._layout.columns)}"
+            ) from None
+
+    def _dataset(self, name: str) -> h5py.Dataset:
+        self.spec(name)
+        if self._f is None:
+            raise ValueError(f"store {self.path!r} is closed")
+        ds = self._f[name]
+        assert isinstance(ds, h5py.Dataset)
+        return ds
+
+    def storage(self, name: str) -> dict[str, Any]:
+        """How column ``name`` is stored: compression, chunk shape, bytes on disk and in memory."""
+        ds = self._dataset(name)
+        spec = self.spec(name)
+        return {
+            "compression": describe_compression(ds),
+            "chunks": ds.chunks,
+            "stored_bytes": int(ds.id.get_storage_size()),
+            "nbytes": int(self.n_rows * spec.row_bytes),
+        }
+
+    # ------------------------------------------------------------------ reading
+    def load_column(self, name: str) -> np.ndarray:
+        """The whole column as one contiguous array of shape ``(n_rows, *spec.shape)``."""
+        spec = self.spec(name)
+        out = np.empty((self.n_rows, *spec.shape), dtype=spec.dtype)
+        if self.n_rows:
+            self._dataset(name).read_direct(out)
+        return out
+
+    def read_range(
+        self, name: str, start: int, stop: int, out: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Rows ``start:stop`` of column ``name`` in one contiguous read.
+
+        ``0 <= start <= stop <= n_rows`` or :class:`RowIndexError`.  When ``out`` is given it
+        must be C-contiguous with shape ``(stop - start, *spec.shape)`` and the column's dtype;
+        it is filled and returned.
+        """
+        spec = self.spec(name)
+        start, stop = int(start), int(stop)
+        if not 0 <= start <= stop <= self.n_rows:
+            raise RowIndexError(
+                f"read_range({name!r}, {start}, {stop}) is outside the store's rows "
+                f"[0, {self.n_rows}] (need 0 <= start <= stop <= n_rows)"
+            )
+        shape = (stop - start, *spec.shape)
+        if out is None:
+            out = np.empty(shape, dtype=spec.dtype)
+        else:
+            if out.dtype != spec.dtype or out.shape != shape:
+                raise SchemaError(
+                    f"read_range({name!r}, {start}, {stop}): out is {out.dtype.name} {out.shape}, "
+                    f"expected {spec.dtype.name} {shape}"
+                )
+            if not out.flags.c_contiguous:
+                raise SchemaError(f"read_range({name!r}, ...): out must be C-contiguous")
+        if stop > start:
+            self._dataset(name).read_direct(out, source_sel=np.s_[start:stop])
+        return out
+
+    def episode(self, i: int) -> dict[str, np.ndarray]:
+        """Every column's rows of episode ``i`` (negative ``i`` counts from the end)."""
+        n = self.n_episodes
+        i = int(i)
+        if not -n <= i < n:
+            raise RowIndexError(f"episode {i} is out of range; the store has {n} episode(s)")
+        i %= n
+        start = int(self._offsets[i])
+        stop = start + int(self._lengths[i])
+        return {name: self.read_range(name, start, stop) for name in self._layout.columns}
+
+    # ------------------------------------------------------------------ lifecycle
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+    def __enter__(self) -> TrajectoryStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        cols = ", ".join(f"{n}: {s.describe()}" for n, s in self._layout.columns.items())
+        return (
+            f"TrajectoryStore({self.path!r}, rows={self.n_rows}, "
+            f"episodes={self.n_episodes}, columns={{{cols}}})"
+        )
