@@ -4,7 +4,7 @@
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV   := .venv
 PY     := $(VENV)/bin/python
-EXTRAS := test,lint,lerobot,remote,cuda
+EXTRAS := test,lint,lerobot,remote,hub,importers,cuda
 STAMP  := $(VENV)/.installed
 # Numba's on-disk kernel cache, kept out of the source tree.
 export NUMBA_CACHE_DIR ?= $(CURDIR)/build/numba-cache

@@ -79,6 +79,31 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+# Modules that add their own commands: each defines ``register(subparsers)``.  A module that
+# does not exist yet is skipped; any other import error propagates.
+_COMMAND_MODULES = (
+    "numbatraj.importers._cli",
+    "numbatraj.remote._cli",
+)
+
+# Modules that add a ``numbatraj import <format>`` subcommand: ``register(import_subparsers)``.
+_IMPORT_MODULES = (
+    "numbatraj.importers._cli_lerobot",
+    "numbatraj.importers._cli_formats",
+)
+
+
+def _optional_module(name: str):  # type: ignore[no-untyped-def]
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and name.startswith(exc.name):
+            return None
+        raise
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="numbatraj", description="Trajectory stores for RL and robot learning."
@@ -93,6 +118,16 @@ def build_parser() -> argparse.ArgumentParser:
     val = sub.add_parser("validate", help="check a store; exit 1 listing every violation")
     val.add_argument("path")
     val.set_defaults(func=_cmd_validate)
+
+    import_modules = [m for m in map(_optional_module, _IMPORT_MODULES) if m is not None]
+    if import_modules:
+        imp = sub.add_parser("import", help="convert a dataset from another format into a store")
+        imp_sub = imp.add_subparsers(dest="format", required=True, metavar="FORMAT")
+        for mod in import_modules:
+            mod.register(imp_sub)
+    for mod in map(_optional_module, _COMMAND_MODULES):
+        if mod is not None:
+            mod.register(sub)
     return p
 
 
