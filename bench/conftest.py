@@ -1,0 +1,110 @@
+"""Benchmark helpers: every figure is reported as a ratio against a baseline measured in the
+same run.
+
+Use the ``ratios`` fixture::
+
+    def test_x(benchmark, ratios):
+        benchmark(fn)
+        ratios.record("gather f32", "numbatraj", benchmark, nbytes=..., baseline=False)
+
+and, for the baseline test, ``ratios.record("gather f32", "np.take", benchmark, baseline=True)``.
+At the end of the session a table per group is printed and written to
+``bench/results/<group-file>.md``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def bench_scale() -> float:
+    """``NUMBATRAJ_BENCH_SCALE`` (default 1.0): multiply the issue's full sizes by this."""
+    return float(os.environ.get("NUMBATRAJ_BENCH_SCALE", "1.0"))
+
+
+@dataclass
+class _Row:
+    name: str
+    seconds: float
+    nbytes: int | None
+    items: int | None
+    baseline: bool
+    note: str = ""
+
+
+@dataclass
+class Ratios:
+    groups: dict[str, list[_Row]] = field(default_factory=dict)
+
+    def record(
+        self,
+        group: str,
+        name: str,
+        seconds: Any,
+        *,
+        baseline: bool = False,
+        nbytes: int | None = None,
+        items: int | None = None,
+        note: str = "",
+    ) -> None:
+        """Record a figure; ``seconds`` is a float or a pytest-benchmark fixture (its median)."""
+        if hasattr(seconds, "stats"):
+            seconds = seconds.stats.stats.median
+        self.groups.setdefault(group, []).append(
+            _Row(name, float(seconds), nbytes, items, baseline, note)
+        )
+
+    def table(self, group: str) -> str:
+        rows = self.groups[group]
+        base = next((r for r in rows if r.baseline), None)
+        out = [f"### {group}", "", "| what | median | throughput | vs baseline | note |", "|---|---|---|---|---|"]
+        for r in rows:
+            if r.nbytes:
+                thr = f"{r.nbytes / r.seconds / (1 << 20):,.0f} MiB/s"
+            elif r.items:
+                thr = f"{r.items / r.seconds:,.0f} /s"
+            else:
+                thr = ""
+            if base is None:
+                ratio = ""
+            elif r is base:
+                ratio = "baseline"
+            else:
+                ratio = f"{base.seconds / r.seconds:.3g}x speed ({r.seconds / base.seconds:.3g}x time)"
+            out.append(f"| {r.name} | {_fmt_s(r.seconds)} | {thr} | {ratio} | {r.note} |")
+        return "\n".join(out) + "\n"
+
+
+def _fmt_s(s: float) -> str:
+    if s >= 1:
+        return f"{s:.3f} s"
+    if s >= 1e-3:
+        return f"{s * 1e3:.3f} ms"
+    return f"{s * 1e6:.1f} us"
+
+
+_RATIOS = Ratios()
+
+
+@pytest.fixture(scope="session")
+def ratios() -> Ratios:
+    return _RATIOS
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not _RATIOS.groups:
+        return
+    RESULTS.mkdir(exist_ok=True)
+    text = "\n".join(_RATIOS.table(g) for g in _RATIOS.groups)
+    terminalreporter.write_sep("=", "numbatraj figures (ratios against the same-run baseline)")
+    terminalreporter.write_line(text)
+    (RESULTS / "summary.md").write_text(
+        f"# Benchmark results (NUMBATRAJ_BENCH_SCALE={bench_scale()})\n\n" + text
+    )

@@ -1,0 +1,59 @@
+"""Lazy access to the CUDA target.
+
+``import numbatraj`` never imports ``numba.cuda``: device code is imported on first use, so
+every host feature works on machines with no GPU and no CUDA toolkit.  Under the Numba CUDA
+simulator (``NUMBA_ENABLE_CUDASIM=1``, set before numba is imported) device code runs on the
+CPU, which is how the device kernels are tested without a GPU.
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+from numbatraj.errors import DeviceUnavailableError
+
+__all__ = ["cuda_available", "get_cuda", "is_simulator"]
+
+
+def is_simulator() -> bool:
+    """True when Numba's CUDA simulator is enabled for this process."""
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
+
+
+def _import_cuda() -> ModuleType:
+    from numba import cuda
+
+    return cuda
+
+
+def cuda_available() -> bool:
+    """True when device code can run here (a usable GPU, or the simulator)."""
+    try:
+        cuda = _import_cuda()
+        return bool(cuda.is_available())
+    except Exception:
+        return False
+
+
+def get_cuda() -> ModuleType:
+    """``numba.cuda``, or :class:`DeviceUnavailableError` saying why the device cannot be used."""
+    try:
+        cuda = _import_cuda()
+    except Exception as exc:
+        raise DeviceUnavailableError(
+            f"the CUDA target could not be imported ({type(exc).__name__}: {exc}); install "
+            f"numbatraj[cuda] on a machine with an NVIDIA driver, or set NUMBA_ENABLE_CUDASIM=1 "
+            f"before importing numba to use the simulator"
+        ) from exc
+    try:
+        ok = bool(cuda.is_available())
+    except Exception as exc:  # pragma: no cover - driver errors vary
+        raise DeviceUnavailableError(f"no usable CUDA device: {exc}") from exc
+    if not ok:
+        raise DeviceUnavailableError(
+            "no CUDA device is available on this machine (numba.cuda.is_available() is False); "
+            "use the host API, or set NUMBA_ENABLE_CUDASIM=1 before importing numba to run "
+            "device code in the simulator"
+        )
+    return cuda
