@@ -15,6 +15,10 @@ __all__ = [
     "NotAStoreError",
     "RowIndexError",
     "DeviceUnavailableError",
+    "DownloadError",
+    "CatalogError",
+    "CatalogAuthError",
+    "CatalogRequestError",
 ]
 
 
@@ -44,3 +48,19 @@ class RowIndexError(NumbatrajError, IndexError):
 
 class DeviceUnavailableError(NumbatrajError, RuntimeError):
     """A device (CUDA) feature was asked for on a machine that cannot provide it."""
+
+
+class DownloadError(NumbatrajError, OSError):
+    """A transfer failed: an HTTP status, a dead connection, or retries used up."""
+
+
+class CatalogError(NumbatrajError, OSError):
+    """The catalog service refused a request or could not be reached."""
+
+
+class CatalogAuthError(CatalogError, PermissionError):
+    """The catalog rejected the API key (401) or its role (403)."""
+
+
+class CatalogRequestError(NumbatrajError, ValueError):
+    """A dataset name, version, setting or key the catalog cannot accept."""
