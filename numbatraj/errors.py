@@ -19,6 +19,7 @@ __all__ = [
     "CatalogError",
     "CatalogAuthError",
     "CatalogRequestError",
+    "DiskSpaceError",
 ]
 
 
@@ -64,3 +65,7 @@ class CatalogAuthError(CatalogError, PermissionError):
 
 class CatalogRequestError(NumbatrajError, ValueError):
     """A dataset name, version, setting or key the catalog cannot accept."""
+
+
+class DiskSpaceError(NumbatrajError, OSError):
+    """Not enough free disk space for the file about to be written (checked before writing)."""
