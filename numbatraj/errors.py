@@ -20,6 +20,7 @@ __all__ = [
     "CatalogAuthError",
     "CatalogRequestError",
     "DiskSpaceError",
+    "SamplerError",
 ]
 
 
@@ -69,3 +70,8 @@ class CatalogRequestError(NumbatrajError, ValueError):
 
 class DiskSpaceError(NumbatrajError, OSError):
     """Not enough free disk space for the file about to be written (checked before writing)."""
+
+
+class SamplerError(NumbatrajError, ValueError):
+    """A sampler argument is invalid (seed, batch size, priority, window, start) or there is
+    nothing to sample from."""
