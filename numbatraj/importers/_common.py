@@ -1,0 +1,187 @@
+"""Helpers shared by the file-format importers (LIBERO, LAFAN1, D4RL, Minari, robomimic, DP).
+
+Nothing here knows a format: sorting of group names by their integer suffix, decoding of
+HDF5 attribute values, the manifest attributes every importer records, the progress bar,
+and the writer wrapper that leaves nothing at ``out`` when an import fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import h5py
+import numpy as np
+
+from numbatraj._version import __version__
+from numbatraj.data.column import ColumnSpec
+from numbatraj.data.writer import TrajectoryStoreWriter
+from numbatraj.errors import SchemaError
+
+__all__ = [
+    "SourceFormatError",
+    "attr_text",
+    "column_name",
+    "default_out",
+    "h5_dataset",
+    "natural_key",
+    "open_writer",
+    "progress",
+    "scalar_attrs",
+    "sorted_natural",
+    "source_attrs",
+]
+
+T = TypeVar("T")
+
+
+class SourceFormatError(SchemaError):
+    """A source dataset is not laid out as its format requires.
+
+    The message names the file, the group or dataset, what was found and what was expected.
+    Subclasses :class:`~numbatraj.errors.SchemaError` (and so ``ValueError``).
+    """
+
+
+_TAIL_INT = re.compile(r"(\d+)$")
+
+
+def natural_key(name: str) -> tuple[str, int, str]:
+    """Sort key ordering ``demo_9`` before ``demo_10``: the prefix, then the integer suffix."""
+    m = _TAIL_INT.search(name)
+    if m is None:
+        return (name, -1, name)
+    return (name[: m.start()], int(m.group(1)), name)
+
+
+def sorted_natural(names: Iterable[str]) -> list[str]:
+    """``names`` ordered by :func:`natural_key`."""
+    return sorted(names, key=natural_key)
+
+
+def attr_text(value: Any) -> str:
+    """An HDF5 attribute or scalar dataset value as text (``str``, ``bytes``, numpy scalars)."""
+    if isinstance(value, np.ndarray):
+        if value.shape == ():
+            value = value[()]
+        elif value.dtype.kind in "SOU":
+            return ",".join(attr_text(v) for v in value.ravel())
+        else:
+            return ",".join(str(v) for v in value.ravel().tolist())
+    if isinstance(value, (bytes, np.bytes_)):
+        return bytes(value).decode("utf-8", errors="replace")
+    if isinstance(value, np.generic):
+        return str(value.item())
+    return str(value)
+
+
+def _one_line(text: str) -> str:
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
+def scalar_attrs(attrs: Mapping[str, Any], prefix: str, *, skip: Sequence[str] = ()) -> dict[str, str]:
+    """HDF5 attributes as manifest strings under ``prefix``; arrays longer than 64 are skipped.
+
+    JSON strings are re-serialised compactly so that they fit on one manifest line.
+    """
+    out: dict[str, str] = {}
+    for key, value in attrs.items():
+        if key in skip:
+            continue
+        if isinstance(value, np.ndarray) and value.size > 64:
+            continue
+        text = attr_text(value)
+        if text[:1] in "{[":
+            try:
+                text = json.dumps(json.loads(text), separators=(",", ":"))
+            except ValueError:
+                pass
+        out[f"{prefix}{key}"] = _one_line(text)
+    return out
+
+
+def source_attrs(fmt: str, source: str | os.PathLike[str], importer_version: str) -> dict[str, str]:
+    """The manifest attributes every importer records: what was read, by which importer."""
+    return {
+        "source_format": fmt,
+        "source": _one_line(os.path.abspath(os.fspath(source))),
+        "importer": f"numbatraj.importers.{fmt}",
+        "importer_version": f"{importer_version} (numbatraj {__version__})",
+    }
+
+
+def default_out(source: str | os.PathLike[str], suffix: str = ".h5") -> str:
+    """``<source name without extension><suffix>`` in the current directory."""
+    name = os.path.basename(os.path.normpath(os.fspath(source)))
+    for ext in (".zarr.zip", ".hdf5", ".h5", ".zarr", ".csv"):
+        if name.endswith(ext):
+            name = name[: -len(ext)]
+            break
+    return name + suffix
+
+
+def progress(items: Sequence[T], desc: str, enabled: bool | None = None) -> Iterator[T]:
+    """Iterate ``items`` with a tqdm bar on a terminal (``enabled=None``: when stderr is a tty).
+
+    Without tqdm installed the items are yielded plainly.
+    """
+    if enabled is None:
+        enabled = sys.stderr.isatty()
+    if enabled:
+        try:
+            from tqdm import tqdm
+        except ImportError:  # pragma: no cover - tqdm is an optional extra
+            enabled = False
+        else:
+            yield from tqdm(items, desc=desc, unit="ep", leave=False)
+            return
+    yield from items
+
+
+@contextmanager
+def open_writer(
+    out: str | os.PathLike[str],
+    columns: Iterable[ColumnSpec],
+    *,
+    env_id: str | None,
+    attrs: Mapping[str, Any],
+    overwrite: bool,
+) -> Iterator[TrajectoryStoreWriter]:
+    """A :class:`TrajectoryStoreWriter` that is aborted on any exception.
+
+    The store is built at ``<out>.tmp`` and renamed when the block ends without error, so a
+    failed import leaves nothing at ``out`` (and removes its temporary file).
+    """
+    w = TrajectoryStoreWriter(out, columns, env_id=env_id, attrs=attrs, overwrite=overwrite)
+    try:
+        yield w
+    except BaseException:
+        w.abort()
+        raise
+    try:
+        w.close()
+    except BaseException:
+        w.abort()
+        raise
+
+
+def h5_dataset(group: h5py.Group, key: str, where: str) -> h5py.Dataset:
+    """``group[key]`` as a dataset, or :class:`SourceFormatError` naming ``where`` and ``key``."""
+    obj = group.get(key)
+    if obj is None:
+        have = ", ".join(sorted(group.keys())) or "nothing"
+        raise SourceFormatError(f"{where}: missing dataset {key!r} (the group holds: {have})")
+    if not isinstance(obj, h5py.Dataset):
+        raise SourceFormatError(f"{where}: {key!r} is a group, expected a dataset")
+    return obj
+
+
+def column_name(*parts: str) -> str:
+    """A store column name from source path parts: ``("obs", "agentview")`` -> ``obs.agentview``."""
+    name = ".".join(p.strip("/").replace("/", ".") for p in parts if p)
+    return re.sub(r"[=,\s]", "_", name)
