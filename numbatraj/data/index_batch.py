@@ -13,7 +13,11 @@ __all__ = ["IndexBatch"]
 
 
 def _on_device(a: Any) -> bool:
-    return a is not None and hasattr(a, "__cuda_array_interface__") and not isinstance(a, np.ndarray)
+    """True for a GPU array: anything exporting ``__cuda_array_interface__``, or a Numba
+    device array (the CUDA simulator's arrays carry only the ``__cuda_ndarray__`` marker)."""
+    if a is None or isinstance(a, np.ndarray):
+        return False
+    return hasattr(a, "__cuda_array_interface__") or bool(getattr(a, "__cuda_ndarray__", False))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,283 @@
+"""ResidentColumn host gather against tests.reference.gather_rows_ref."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from numbatraj import (
+    ColumnSpec,
+    IndexBatch,
+    RowIndexError,
+    SchemaError,
+    TrajectoryStore,
+    TrajectoryStoreWriter,
+)
+from numbatraj.data import ResidentColumn
+from numbatraj.data import _gather_kernels as K
+from numbatraj.errors import DeviceUnavailableError
+from tests.reference import first_outside_ref, gather_rows_ref
+
+DTYPES = [
+    np.bool_, np.int8, np.int16, np.int32, np.int64,
+    np.uint8, np.uint16, np.uint32, np.uint64,
+    np.float16, np.float32, np.float64,
+]
+ROW_SHAPES = [(), (1,), (3,), (26,), (3, 5, 7)]
+
+
+def make_column(rng: np.random.Generator, n: int, shape: tuple[int, ...], dtype) -> np.ndarray:
+    dt = np.dtype(dtype)
+    raw = rng.integers(0, 256, size=n * int(np.prod(shape, dtype=np.int64)) * dt.itemsize,
+                       dtype=np.uint8)
+    if dt.kind == "b":
+        return (raw.reshape(n, *shape) & 1).astype(np.bool_)
+    return raw.view(dt).reshape(n, *shape)  # every bit pattern, NaN payloads included
+
+
+def adversarial(n: int) -> dict[str, np.ndarray]:
+    return {
+        "first": np.zeros(7, np.int64),
+        "last": np.full(5, n - 1),
+        "ends": np.array([0, n - 1, 0, n - 1]),
+        "reversed": np.arange(n)[::-1].copy(),
+        "duplicates": np.array([3, 3, 1, 3, 1, 1]) % n,
+        "all_rows": np.arange(n),
+        "single": np.array([n // 2]),
+    }
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("shape", ROW_SHAPES, ids=str)
+def test_gather_matches_reference_every_dtype_and_shape(rng, dtype, shape):
+    data = make_column(rng, 97, shape, dtype)
+    col = ResidentColumn(data, "c")
+    for name, idx in {**adversarial(97), "random": rng.integers(0, 97, 300)}.items():
+        got = col.gather(idx)
+        assert same_bits(got, gather_rows_ref(data, idx)), name
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.uint8, np.bool_, np.int16])
+def test_parallel_path_and_out_reuse(rng, dtype):
+    # Large enough to take the parallel kernel (more than SERIAL_MAX_BYTES per batch).
+    shape = (3, 84, 84) if dtype == np.uint8 else (26,)
+    data = make_column(rng, 600 if dtype == np.uint8 else 5000, shape, dtype)
+    col = ResidentColumn(data)
+    b = 64 if dtype == np.uint8 else 4096
+    out = np.empty((b, *shape), dtype)
+    assert out.nbytes > K.SERIAL_MAX_BYTES
+    for _ in range(3):
+        idx = rng.integers(0, len(data), b)
+        res = col.gather(idx, out=out)
+        assert res is out
+        assert same_bits(out, gather_rows_ref(data, idx))
+
+
+def test_nan_payloads_survive_bit_for_bit():
+    bits = np.array([0x7FC00001, 0xFFC12345, 0x7F800001, 0x80000000], np.uint32)
+    data = bits.view(np.float32).reshape(4, 1)
+    got = ResidentColumn(data).gather(np.array([3, 2, 1, 0, 0]))
+    assert got.view(np.uint32).ravel().tolist() == bits[[3, 2, 1, 0, 0]].tolist()
+
+
+def test_sequence_indices_and_index_batch(rng):
+    data = make_column(rng, 50, (4,), np.float32)
+    col = ResidentColumn(data)
+    idx = rng.integers(0, 50, (6, 5))
+    ref = gather_rows_ref(data, idx)
+    assert col.gather(idx).shape == (6, 5, 4)
+    assert same_bits(col.gather(idx), ref)
+    assert same_bits(col.gather(IndexBatch(idx)), ref)
+    assert same_bits(col.gather(idx.astype(np.int32)), ref)
+    assert same_bits(col.gather(idx.astype(np.uint16)), ref)
+    assert same_bits(col.gather(list(idx[0])), ref[0])
+
+
+def test_empty_batches(rng):
+    col = ResidentColumn(make_column(rng, 10, (3,), np.float64))
+    assert col.gather(np.zeros(0, np.int64)).shape == (0, 3)
+    assert col.gather([]).shape == (0, 3)
+    assert col.gather(np.zeros((0, 4), np.int64)).shape == (0, 4, 3)
+    empty = ResidentColumn(np.zeros((0, 3), np.float32))
+    assert empty.gather([]).shape == (0, 3)
+    with pytest.raises(RowIndexError, match=r"index 0 at position 0 .*\[0, 0\)"):
+        empty.gather([0])
+
+
+@pytest.mark.parametrize(
+    "bad_at, bad_value",
+    [(0, -1), (255, 10), (256, 11), (257, -5), (999, 10**12), (500, np.iinfo(np.int64).min)],
+)
+@pytest.mark.parametrize("big", [False, True], ids=["serial", "parallel"])
+def test_out_of_range_names_first_position_and_writes_nothing(rng, bad_at, bad_value, big):
+    shape = (26,) if big else (2,)
+    col = ResidentColumn(make_column(rng, 10, shape, np.float32), "qpos")
+    idx = rng.integers(0, 10, 1000)
+    idx[bad_at] = bad_value
+    idx[-1] = 10  # a later offender must not be the one reported
+    if bad_at == 999:
+        idx[-1] = bad_value
+    out = np.full((1000, *shape), 7.5, np.float32)
+    with pytest.raises(RowIndexError) as ei:
+        col.gather(idx, out=out)
+    msg = str(ei.value)
+    assert f"index {bad_value} at position {bad_at}" in msg
+    assert "[0, 10)" in msg and "'qpos'" in msg
+    assert isinstance(ei.value, IndexError)
+    assert np.all(out == 7.5)
+
+
+def test_out_of_range_position_is_2d_for_sequences(rng):
+    col = ResidentColumn(make_column(rng, 10, (2,), np.int32))
+    idx = np.zeros((4, 3), np.int64)
+    idx[2, 1] = 10
+    with pytest.raises(RowIndexError, match=r"index 10 at position \(2, 1\)"):
+        col.gather(idx)
+
+
+def test_uint64_indices_beyond_int64_are_refused():
+    col = ResidentColumn(np.zeros((4, 2), np.float32))
+    with pytest.raises(RowIndexError, match="does not fit int64"):
+        col.gather(np.array([1, 2**63 + 1], np.uint64))
+
+
+@pytest.mark.parametrize(
+    "idx, match",
+    [
+        (np.array([0.0, 1.0]), "indices must be integers, got dtype float64"),
+        (np.array([True, False]), "indices must be integers, got dtype bool"),
+        (np.zeros((2, 2, 2), np.int64), r"shape \(B,\) or \(B, T\)"),
+        (np.int64(3), r"shape \(B,\) or \(B, T\)"),
+    ],
+)
+def test_bad_indices(idx, match):
+    with pytest.raises(SchemaError, match=match):
+        ResidentColumn(np.zeros((4, 2), np.float32)).gather(idx)
+
+
+def test_bad_out_arrays():
+    col = ResidentColumn(np.zeros((4, 2), np.float32), "x")
+    idx = np.array([0, 1, 2])
+    with pytest.raises(SchemaError, match=r"out is float64 \(3, 2\), expected float32 \(3, 2\)"):
+        col.gather(idx, out=np.empty((3, 2), np.float64))
+    with pytest.raises(SchemaError, match=r"expected float32 \(3, 2\)"):
+        col.gather(idx, out=np.empty((3, 3), np.float32))
+    with pytest.raises(SchemaError, match="C-contiguous"):
+        col.gather(idx, out=np.empty((2, 3), np.float32).T)
+    ro = np.empty((3, 2), np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(SchemaError, match="writeable"):
+        col.gather(idx, out=ro)
+    with pytest.raises(SchemaError, match="numpy array"):
+        col.gather(idx, out=[[0, 0]] * 3)
+
+
+def test_bad_column_arrays():
+    with pytest.raises(SchemaError, match="leading row axis"):
+        ResidentColumn(np.float32(1))
+    with pytest.raises(SchemaError, match="not supported"):
+        ResidentColumn(np.array(["a", "b"]))
+    with pytest.raises(SchemaError, match="not supported"):
+        ResidentColumn(np.zeros(3, np.complex64))
+
+
+def test_non_contiguous_and_big_endian_columns_are_copied_once(rng):
+    base = make_column(rng, 40, (6,), np.float32)
+    col = ResidentColumn(base[:, ::2])
+    assert col.data.flags.c_contiguous
+    assert same_bits(col.gather([5, 0, 39]), base[[5, 0, 39], ::2])
+    be = np.arange(12, dtype=">i4").reshape(6, 2)
+    assert col.gather([1]).dtype == np.float32
+    got = ResidentColumn(be).gather([5, 0])
+    assert got.dtype == np.dtype("=i4") and got.tolist() == [[10, 11], [0, 1]]
+
+
+def test_load_from_store(tmp_path, rng):
+    path = tmp_path / "s.h5"
+    state = rng.standard_normal((300, 26), dtype=np.float32)
+    pix = rng.integers(0, 255, (300, 3, 8, 8), dtype=np.uint8)
+    cols = [ColumnSpec("state", np.float32, (26,)), ColumnSpec("pix", np.uint8, (3, 8, 8))]
+    with TrajectoryStoreWriter(path, cols) as w:
+        for s in (0, 120):
+            e = s + 120 if s == 0 else 300
+            w.append_rows({"state": state[s:e], "pix": pix[s:e]})
+            w.end_episode()
+    with TrajectoryStore(path) as store:
+        col = ResidentColumn.load(store, "state")
+        img = ResidentColumn.load(store, "pix")
+    assert (col.name, col.n_rows, col.row_shape, col.dtype) == ("state", 300, (26,), np.float32)
+    assert len(img) == 300 and img.nbytes == pix.nbytes
+    idx = rng.integers(0, 300, 500)
+    assert same_bits(col.gather(idx), gather_rows_ref(state, idx))
+    assert same_bits(img.gather(idx), gather_rows_ref(pix, idx))
+    assert "ResidentColumn('state', float32 (26,), rows=300)" == repr(col)
+
+
+@pytest.mark.parametrize("n", [0, 1, 255, 256, 257, 1000])
+def test_first_outside_kernel_matches_reference(rng, n):
+    idx = rng.integers(0, 50, n)
+    assert K.first_outside_cpu(idx, 0, 50) == first_outside_ref(idx, 0, 50) == -1
+    for pos in {0, n // 2, n - 1, 255, 256} & set(range(n)):
+        bad = idx.copy()
+        bad[pos] = 50
+        bad[n - 1] = -1 if pos != n - 1 else bad[n - 1]
+        assert K.first_outside_cpu(bad, 0, 50) == first_outside_ref(bad, 0, 50) == pos
+    assert K.first_outside_cpu(idx, 10, 40) == first_outside_ref(idx, 10, 40)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(1, 40),
+    shape=st.sampled_from(ROW_SHAPES),
+    dtype=st.sampled_from(DTYPES),
+    raw_idx=st.lists(st.integers(-3, 45), max_size=60),
+)
+def test_gather_property(n, shape, dtype, raw_idx):
+    data = make_column(np.random.default_rng(n), n, shape, dtype)
+    col = ResidentColumn(data)
+    idx = np.array(raw_idx, np.int64)
+    if first_outside_ref(idx, 0, n) < 0:
+        assert same_bits(col.gather(idx), gather_rows_ref(data, idx))
+    else:
+        k = first_outside_ref(idx, 0, n)
+        with pytest.raises(RowIndexError, match=rf"index {idx[k]} at position {k} "):
+            col.gather(idx)
+
+
+def test_word_dtype():
+    assert [K.word_dtype(b).itemsize for b in (104, 21168, 12, 6, 3, 1)] == [8, 8, 4, 2, 1, 1]
+
+
+def test_import_is_lazy_about_cuda_and_first_gather_works():
+    code = (
+        "import sys, numpy as np, numbatraj\n"
+        "from numbatraj.data import ResidentColumn\n"
+        "c = ResidentColumn(np.arange(20, dtype=np.float32).reshape(10, 2))\n"
+        "assert c.gather([9, 0]).tolist() == [[18, 19], [0, 1]]\n"
+        "assert 'numba.cuda' not in sys.modules, 'numba.cuda imported by the host path'\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
+
+
+def test_device_request_without_a_device_raises_clearly():
+    from numbatraj._cuda import cuda_available
+
+    if cuda_available():
+        pytest.skip("a CUDA device (or the simulator) is available here")
+    col = ResidentColumn(np.zeros((4, 2), np.float32))
+    with pytest.raises(DeviceUnavailableError, match="CUDA"):
+        col.to_device()
+    with pytest.raises(DeviceUnavailableError):
+        col.gather_device(np.array([0]))
+    assert not col.on_device
