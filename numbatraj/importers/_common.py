@@ -48,15 +48,14 @@ class SourceFormatError(SchemaError):
     """
 
 
-_TAIL_INT = re.compile(r"(\d+)$")
+_DIGITS = re.compile(r"(\d+)")
 
 
-def natural_key(name: str) -> tuple[str, int, str]:
-    """Sort key ordering ``demo_9`` before ``demo_10``: the prefix, then the integer suffix."""
-    m = _TAIL_INT.search(name)
-    if m is None:
-        return (name, -1, name)
-    return (name[: m.start()], int(m.group(1)), name)
+def natural_key(name: str) -> tuple[Any, ...]:
+    """Sort key comparing digit runs as integers: ``demo_9`` < ``demo_10``, ``dance2`` < ``dance10``."""
+    parts: list[Any] = _DIGITS.split(name)
+    parts[1::2] = [int(p) for p in parts[1::2]]
+    return (*parts, name)
 
 
 def sorted_natural(names: Iterable[str]) -> list[str]:

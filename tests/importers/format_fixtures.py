@@ -88,9 +88,11 @@ def make_libero_suite(
 # ------------------------------------------------------------------ LAFAN1 / G1 CSV
 def make_lafan_csv(path: Path, rng: np.random.Generator, T: int = 12, n_joints: int = 29) -> np.ndarray:
     """A retargeted clip: no header, ``7 + n_joints`` columns, 6 decimals."""
-    root = np.c_[rng.normal(size=(T, 2)), np.full(T, 0.79)]
-    q = rng.normal(size=(T, 4))
-    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    root = np.c_[np.cumsum(rng.normal(scale=0.02, size=(T, 2)), axis=0), np.full(T, 0.79)]
+    # a smooth orientation path: rotation vectors taking small random steps
+    rv = np.cumsum(rng.normal(scale=0.1, size=(T, 3)), axis=0)
+    ang = np.linalg.norm(rv, axis=1, keepdims=True)
+    q = np.c_[np.sin(ang / 2) * rv / ang, np.cos(ang / 2)]  # x, y, z, w
     rows = np.c_[root, q, rng.uniform(-1, 1, (T, n_joints))]
     path.parent.mkdir(parents=True, exist_ok=True)
     np.savetxt(path, rows, delimiter=",", fmt="%.6f")
