@@ -1,0 +1,310 @@
+"""fetch() against a loopback fault server: one test per failure mode."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from numbatraj.errors import DownloadError, IntegrityError, NumbatrajError
+from numbatraj.io.atomic import PartFile, part_path
+from numbatraj.io.download import FetchResult, fetch, redact_url
+from numbatraj.io.hashing import sha256_file
+from tests.httpfaults import FaultServer
+
+N_BYTES = 300_000
+FAST = {"backoff": 0.01, "rate_window": 5.0}
+
+
+@pytest.fixture(scope="module")
+def payload() -> bytes:
+    return np.random.default_rng(99).integers(0, 256, N_BYTES, dtype=np.uint8).tobytes()
+
+
+@pytest.fixture(scope="module")
+def digest(payload: bytes) -> str:
+    return hashlib.sha256(payload).hexdigest()
+
+
+@pytest.fixture
+def srv(payload: bytes):  # type: ignore[no-untyped-def]
+    with FaultServer(payload) as s:
+        yield s
+
+
+def _nothing_complete(dest: str) -> None:
+    assert not os.path.exists(dest), "a failed fetch left a file under the final name"
+
+
+def test_plain_fetch(srv: FaultServer, tmp_path, payload: bytes, digest: str) -> None:
+    dest = str(tmp_path / "sub" / "f.bin")
+    res = fetch(srv.url("ok"), dest, sha256=digest, size=len(payload))
+    assert isinstance(res, FetchResult)
+    assert open(dest, "rb").read() == payload
+    assert not os.path.exists(part_path(dest))
+    assert (res.sha256, res.size, res.bytes_downloaded, res.requests) == (digest, N_BYTES, N_BYTES, 1)
+    assert srv.requests[0]["accept_encoding"] == "identity"
+    assert srv.requests[0]["range"] is None
+
+
+def test_headers_are_sent_but_range_and_encoding_are_ours(srv: FaultServer, tmp_path) -> None:
+    hdr = {"Authorization": "Bearer tok", "Accept-Encoding": "gzip", "Range": "bytes=5-"}
+    fetch(srv.url("ok"), tmp_path / "f", headers=hdr)
+    sent = srv.requests[0]
+    assert (sent["authorization"], sent["accept_encoding"], sent["range"]) == (
+        "Bearer tok", "identity", None,
+    )
+
+
+def test_matching_dest_moves_no_bytes(srv: FaultServer, tmp_path, payload, digest) -> None:
+    dest = tmp_path / "f"
+    dest.write_bytes(payload)
+    res = fetch(srv.url("ok"), dest, sha256=digest)
+    assert (res.bytes_downloaded, res.requests) == (0, 0)
+    assert srv.requests == []
+
+
+def test_stale_dest_is_replaced(srv: FaultServer, tmp_path, payload, digest) -> None:
+    dest = tmp_path / "f"
+    dest.write_bytes(b"old contents")
+    fetch(srv.url("ok"), dest, sha256=digest)
+    assert dest.read_bytes() == payload
+
+
+def test_dropped_connection_resumes_by_range(srv, tmp_path, payload, digest) -> None:
+    dest = tmp_path / "f"
+    res = fetch(srv.url("drop", at=100_000, times=1), dest, sha256=digest, **FAST)
+    assert dest.read_bytes() == payload
+    assert [r["range"] for r in srv.requests] == [None, "bytes=100000-"]
+    assert res.bytes_downloaded == N_BYTES and res.requests == 2
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cuts=st.lists(st.integers(1, N_BYTES - 1), min_size=1, max_size=3, unique=True))
+def test_any_number_of_drops_anywhere(payload, digest, tmp_path_factory, cuts) -> None:
+    dest = tmp_path_factory.mktemp("drops") / "f"
+    with FaultServer(payload) as srv:
+        for at in sorted(cuts):  # the part file carries over between runs
+            with pytest.raises(DownloadError):
+                fetch(srv.url("drop", at=at), dest, sha256=digest, retries=0, **FAST)
+            assert os.path.getsize(part_path(dest)) == at
+            _nothing_complete(str(dest))
+        res = fetch(srv.url("ok"), dest, sha256=digest)
+    assert dest.read_bytes() == payload
+    assert res.resumed_from == max(cuts) and res.bytes_downloaded == N_BYTES - max(cuts)
+
+
+def test_retries_are_bounded_and_part_survives_for_next_run(srv, tmp_path, payload, digest) -> None:
+    dest = tmp_path / "f"
+    with pytest.raises(DownloadError, match="failed after 3 attempts") as ei:
+        fetch(srv.url("drop", each=20_000), dest, sha256=digest, retries=2, **FAST)
+    assert "127.0.0.1" in str(ei.value) and part_path(dest) in str(ei.value)
+    _nothing_complete(str(dest))
+    assert [r["range"] for r in srv.requests] == [None, "bytes=20000-", "bytes=40000-"]
+    assert os.path.getsize(part_path(dest)) == 60_000
+    res = fetch(srv.url("ok"), dest, sha256=digest)
+    assert srv.requests[-1]["range"] == "bytes=60000-"
+    assert res.resumed_from == 60_000 and dest.read_bytes() == payload
+
+
+def test_server_ignoring_range_restarts_from_zero(srv, tmp_path, payload, digest) -> None:
+    dest = tmp_path / "f"
+    with open(part_path(dest), "wb") as f:
+        f.write(b"\x00" * 1234)  # whatever sits there must not survive a 200
+    res = fetch(srv.url("ignore-range"), dest, sha256=digest)
+    assert srv.requests[0]["range"] == "bytes=1234-"
+    assert dest.read_bytes() == payload and res.requests == 1
+
+
+def test_trickle_is_a_dead_connection(srv, tmp_path, digest) -> None:
+    dest = tmp_path / "f"
+    with pytest.raises(DownloadError, match="too slow"):
+        fetch(srv.url("trickle", interval=0.02), dest, sha256=digest, retries=0,
+              min_rate=1024, rate_window=0.3)
+    _nothing_complete(str(dest))
+
+
+def test_trickle_then_recovery(srv, tmp_path, payload, digest) -> None:
+    dest = tmp_path / "f"
+    res = fetch(srv.url("trickle", interval=0.02, times=1), dest, sha256=digest,
+                min_rate=1024, rate_window=0.3, backoff=0.01)
+    assert dest.read_bytes() == payload and res.requests == 2
+    assert srv.requests[1]["range"] is not None  # the trickled bytes were kept
+
+
+def test_stall_resumes_after_read_timeout(srv, tmp_path, payload, digest) -> None:
+    dest = tmp_path / "f"
+    fetch(srv.url("stall", after=777, times=1), dest, sha256=digest,
+          rate_window=0.3, backoff=0.01)
+    assert dest.read_bytes() == payload
+    assert [r["range"] for r in srv.requests] == [None, "bytes=777-"]
+
+
+def test_wrong_bytes_name_both_digests_and_delete_part(srv, tmp_path, payload, digest) -> None:
+    dest = tmp_path / "f"
+    bad = bytearray(payload)
+    bad[N_BYTES // 2] ^= 0xFF
+    with pytest.raises(IntegrityError) as ei:
+        fetch(srv.url("wrong-bytes"), dest, sha256=digest)
+    msg = str(ei.value)
+    assert digest in msg and hashlib.sha256(bad).hexdigest() in msg
+    assert not os.path.exists(part_path(dest))
+    _nothing_complete(str(dest))
+
+
+def test_complete_part_is_verified_not_refetched(srv, tmp_path, payload, digest) -> None:
+    dest = tmp_path / "f"
+    with open(part_path(dest), "wb") as f:
+        f.write(payload)
+    res = fetch(srv.url("ok"), dest, sha256=digest, size=N_BYTES)
+    assert (res.requests, res.bytes_downloaded) == (0, 0) and dest.read_bytes() == payload
+
+
+def test_416_for_a_complete_part_of_unknown_size(srv, tmp_path, payload, digest) -> None:
+    dest = tmp_path / "f"
+    with open(part_path(dest), "wb") as f:
+        f.write(payload)
+    res = fetch(srv.url("always-416"), dest, sha256=digest)
+    assert res.requests == 1 and res.bytes_downloaded == 0
+    assert srv.requests[0]["range"] == f"bytes={N_BYTES}-"
+    assert dest.read_bytes() == payload
+
+
+def test_416_for_an_oversized_part_restarts(srv, tmp_path, payload, digest) -> None:
+    dest = tmp_path / "f"
+    with open(part_path(dest), "wb") as f:
+        f.write(payload + b"extra")
+    res = fetch(srv.url("ok"), dest, sha256=digest, backoff=0.01)
+    assert [r["range"] for r in srv.requests] == [f"bytes={N_BYTES + 5}-", None]
+    assert dest.read_bytes() == payload and res.requests == 2
+
+
+def test_oversized_part_with_known_size_restarts_without_asking(srv, tmp_path, payload, digest):
+    dest = tmp_path / "f"
+    with open(part_path(dest), "wb") as f:
+        f.write(payload + b"extra")
+    fetch(srv.url("ok"), dest, sha256=digest, size=N_BYTES)
+    assert [r["range"] for r in srv.requests] == [None]
+    assert dest.read_bytes() == payload
+
+
+@pytest.mark.parametrize("retry_after", ["0.2", "1"])
+def test_503_retry_after_is_honoured(srv, tmp_path, payload, digest, retry_after) -> None:
+    dest = tmp_path / "f"
+    res = fetch(srv.url("busy", times=2, retry_after=retry_after), dest, sha256=digest,
+                backoff=0.0)
+    assert res.requests == 3 and dest.read_bytes() == payload
+
+
+def test_retry_after_beyond_budget_fails_at_once(srv, tmp_path, digest) -> None:
+    dest = tmp_path / "f"
+    with pytest.raises(DownloadError, match=r"Retry-After: 3600") as ei:
+        fetch(srv.url("busy", retry_after=3600), dest, sha256=digest, max_wait=5)
+    assert "max_wait=5" in str(ei.value) and len(srv.requests) == 1
+    _nothing_complete(str(dest))
+
+
+def test_gzip_encoding_is_refused(srv, tmp_path, digest) -> None:
+    dest = tmp_path / "f"
+    with pytest.raises(DownloadError, match="Content-Encoding: gzip"):
+        fetch(srv.url("gzip"), dest, sha256=digest)
+    assert len(srv.requests) == 1
+    _nothing_complete(str(dest))
+    assert os.path.getsize(part_path(dest)) == 0
+
+
+def test_expired_url_403_is_not_retried(srv, tmp_path, digest) -> None:
+    dest = tmp_path / "f"
+    url = srv.url("expired", **{"X-Amz-Signature": "deadbeef"})
+    with pytest.raises(DownloadError) as ei:
+        fetch(url, dest, sha256=digest)
+    msg = str(ei.value)
+    assert "403" in msg and "expired" in msg and srv.base + "/expired" in msg
+    assert "deadbeef" not in msg  # the signature is not leaked into logs
+    assert len(srv.requests) == 1
+    _nothing_complete(str(dest))
+
+
+@pytest.mark.parametrize("fault", [{"shift": 1}, {"shift": -7}, {"total": N_BYTES + 5}])
+def test_wrong_content_range_is_refused(srv, tmp_path, payload, digest, fault) -> None:
+    dest = tmp_path / "f"
+    with open(part_path(dest), "wb") as f:
+        f.write(payload[:1000])
+    res = fetch(srv.url("bad-range", **fault), dest, sha256=digest, backoff=0.01)
+    assert [r["range"] for r in srv.requests] == ["bytes=1000-", None]
+    assert dest.read_bytes() == payload and res.requests == 2
+
+
+def test_wrong_content_range_without_recovery_fails(srv, tmp_path, digest) -> None:
+    dest = tmp_path / "f"
+    with open(part_path(dest), "wb") as f:
+        f.write(b"x" * 1000)
+    with pytest.raises(DownloadError, match="refused a 206"):
+        fetch(srv.url("bad-range", shift=1), dest, sha256=digest, retries=0)
+    _nothing_complete(str(dest))
+
+
+def test_size_contradiction_is_an_error(srv, tmp_path) -> None:
+    dest = tmp_path / "f"
+    with pytest.raises(DownloadError, match=f"has {N_BYTES} bytes, expected {N_BYTES - 1}"):
+        fetch(srv.url("ok"), dest, size=N_BYTES - 1)
+    _nothing_complete(str(dest))
+
+
+def test_404_names_url_and_status(srv, tmp_path) -> None:
+    with pytest.raises(DownloadError, match=r"HTTP 404 .*/no-such-mode"):
+        fetch(srv.url("no-such-mode"), tmp_path / "f")
+
+
+def test_unreachable_server(tmp_path) -> None:
+    with FaultServer(b"") as s:
+        url = s.url("ok")
+    with pytest.raises(DownloadError, match="failed after 2 attempts"):
+        fetch(url, tmp_path / "f", retries=1, backoff=0.01, connect_timeout=1)
+
+
+def test_small_sync_interval_and_progress_bar(srv, tmp_path, payload, digest, capsys) -> None:
+    dest = tmp_path / "f"
+    fetch(srv.url("ok"), dest, sha256=digest, sync_every=4096, chunk_size=8192, progress=True)
+    assert dest.read_bytes() == payload
+    assert "f" in capsys.readouterr().err
+
+
+def test_bad_arguments(tmp_path) -> None:
+    with pytest.raises(ValueError, match="sha256 must be 64 hex digits, got 'abc'"):
+        fetch("http://127.0.0.1:9/x", tmp_path / "f", sha256="abc")
+    with pytest.raises(ValueError, match="size must be >= 0"):
+        fetch("http://127.0.0.1:9/x", tmp_path / "f", size=-1)
+
+
+def test_errors_are_numbatraj_and_builtin() -> None:
+    assert issubclass(DownloadError, NumbatrajError) and issubclass(DownloadError, OSError)
+
+
+def test_redact_url() -> None:
+    assert redact_url("https://h/a/b?X-Amz-Signature=s") == "https://h/a/b?..."
+    assert redact_url("http://h:1/p") == "http://h:1/p"
+
+
+def test_partfile_hashes_resumed_content(tmp_path) -> None:
+    dest = tmp_path / "p"
+    with PartFile(dest, sync_every=3) as p:
+        p.write(b"hello ")
+    with PartFile(dest) as p:
+        assert p.size == 6
+        p.write(b"world")
+        assert p.hexdigest() == hashlib.sha256(b"hello world").hexdigest()
+        p.truncate()
+        p.write(b"x")
+        p.commit()
+    assert dest.read_bytes() == b"x" and sha256_file(dest) == hashlib.sha256(b"x").hexdigest()
+    with PartFile(dest, keep_existing=False) as p:
+        p.write(b"abc")
+        p.discard()
+    assert not os.path.exists(part_path(dest)) and dest.read_bytes() == b"x"
+    with pytest.raises(ValueError, match="already closed"):
+        p.write(b"y")
