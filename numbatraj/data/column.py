@@ -80,7 +80,9 @@ class ColumnSpec:
         try:
             shape = tuple(int(s) for s in shape)
         except TypeError as exc:
-            raise SchemaError(f"column {name!r}: shape {self.shape!r} is not a tuple of int") from exc
+            raise SchemaError(
+                f"column {name!r}: shape {self.shape!r} is not a tuple of int"
+            ) from exc
         if any(s <= 0 for s in shape):
             raise SchemaError(f"column {name!r}: row shape {shape} has a non-positive extent")
         object.__setattr__(self, "shape", shape)
@@ -128,7 +130,9 @@ def check_column_set(columns: Any) -> dict[str, ColumnSpec]:
     out: dict[str, ColumnSpec] = {}
     for c in columns:
         if not isinstance(c, ColumnSpec):
-            raise SchemaError(f"columns must be ColumnSpec instances, got {type(c).__name__}: {c!r}")
+            raise SchemaError(
+                f"columns must be ColumnSpec instances, got {type(c).__name__}: {c!r}"
+            )
         if c.name in out:
             raise SchemaError(f"column {c.name!r} is declared twice")
         out[c.name] = c
@@ -137,7 +141,9 @@ def check_column_set(columns: Any) -> dict[str, ColumnSpec]:
     return out
 
 
-def recovered_spec(name: str, dtype: Any, shape: tuple[int, ...], compression: str | None) -> ColumnSpec:
+def recovered_spec(
+    name: str, dtype: Any, shape: tuple[int, ...], compression: str | None
+) -> ColumnSpec:
     """A spec for a dataset found in a file we did not write: described, not policed.
 
     Foreign files may use names or types our writer would refuse (an integer ``reward``);

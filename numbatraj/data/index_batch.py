@@ -57,7 +57,9 @@ class IndexBatch:
         for name in ("weights", "stamps"):
             a = getattr(self, name)
             if a is not None and tuple(a.shape) != (idx.shape[0],):
-                raise SchemaError(f"IndexBatch {name} has shape {a.shape}, expected ({idx.shape[0]},)")
+                raise SchemaError(
+                    f"IndexBatch {name} has shape {a.shape}, expected ({idx.shape[0]},)"
+                )
         if self.is_first is not None and tuple(self.is_first.shape) != tuple(idx.shape):
             raise SchemaError(
                 f"IndexBatch is_first has shape {self.is_first.shape}, expected {idx.shape}"

@@ -85,7 +85,7 @@ def compression_kwargs(name: str | None, level: int | None = None) -> dict[str, 
     ensure_filter_plugins()
     import hdf5plugin
 
-    lvl = _DEFAULT_LEVEL.get(name) if level is None else int(level)
+    lvl = _DEFAULT_LEVEL.get(name, 0) if level is None else int(level)
     if name == "gzip":
         return {"compression": "gzip", "compression_opts": lvl, "shuffle": True}
     if name == "lz4":
