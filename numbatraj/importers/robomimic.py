@@ -42,7 +42,11 @@ def robomimic_filter_keys(f: h5py.File) -> dict[str, list[str]]:
     mask = f.get("mask")
     if not isinstance(mask, h5py.Group):
         return {}
-    return {k: [attr_text(x) for x in mask[k][()]] for k in mask if isinstance(mask[k], h5py.Dataset)}
+    return {
+        k: [attr_text(x) for x in mask[k][()]]
+        for k in mask
+        if isinstance(mask[k], h5py.Dataset)
+    }
 
 
 def _is_image(ds: h5py.Dataset) -> bool:
@@ -147,7 +151,9 @@ def import_robomimic(
             if key == "rewards" and dt.kind != "f":
                 dt = np.dtype(np.float64)
             if dt.kind not in "biuf":
-                raise SourceFormatError(f"{first}/{key} has dtype {dt}; only numeric data is stored")
+                raise SourceFormatError(
+                    f"{first}/{key} has dtype {dt}; only numeric data is stored"
+                )
             comp = image_compression if _is_image(ds) else None
             specs.append(ColumnSpec(col, dt, ds.shape[1:], compression=comp))
         attrs: dict[str, Any] = source_attrs("robomimic", path, IMPORTER_VERSION)
