@@ -153,8 +153,11 @@ class TrajectoryStoreWriter:
             )
         arr = np.asarray(rows)
         if arr.dtype != spec.dtype:
+            same_name = arr.dtype.name == spec.dtype.name  # e.g. a byte-order difference
+            want = spec.dtype.str if same_name else spec.dtype.name
+            got = arr.dtype.str if same_name else arr.dtype.name
             raise SchemaError(
-                f"column {name!r} is {spec.dtype.name}, append got {arr.dtype.name} "
+                f"column {name!r} is {want}, append got {got} "
                 f"(no silent casts: convert with .astype(np.{spec.dtype.name}) if intended)"
             )
         if arr.ndim != len(spec.shape) + 1 or arr.shape[1:] != spec.shape:

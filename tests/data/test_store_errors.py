@@ -100,6 +100,13 @@ def test_dtype_mismatch_names_column_and_dtypes_and_writes_nothing(tmp_path, rng
         np.testing.assert_array_equal(s.load_column("state"), good)
 
 
+def test_byte_order_mismatch_is_named(tmp_path):
+    with TrajectoryStoreWriter(tmp_path / "s.h5", [ColumnSpec("x", np.float32)]) as w:
+        with pytest.raises(SchemaError, match="'x' is <f4, append got >f4"):
+            w.append("x", np.zeros(3, ">f4"))
+        w.abort()
+
+
 def test_shape_mismatch_and_unknown_column(tmp_path, rng):
     with TrajectoryStoreWriter(tmp_path / "s.h5", WALKER) as w:
         with pytest.raises(SchemaError, match=r"'state' rows have shape \(26,\).*\(5, 25\).*\(n, 26\)"):
