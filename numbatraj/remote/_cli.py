@@ -1,0 +1,174 @@
+"""``numbatraj catalog serve|add-key`` and ``numbatraj remote pull|push|list|describe``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+__all__ = ["register"]
+
+
+def _catalog(args: argparse.Namespace) -> Any:
+    from numbatraj.remote.client import RemoteCatalog
+
+    return RemoteCatalog.from_env(args.env_file)
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from numbatraj.remote.service import CatalogService
+
+    svc = CatalogService(
+        args.db, args.objects, host=args.host, port=args.port, public_url=args.public_url,
+        get_expiry_s=args.get_expiry, put_expiry_s=args.put_expiry, verbose=args.verbose,
+    )
+    print(f"numbatraj catalog on {svc.url}  db={args.db}  objects={svc.objects.description}",
+          flush=True)
+    try:
+        svc.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        svc.stop()
+    return 0
+
+
+def _cmd_add_key(args: argparse.Namespace) -> int:
+    from numbatraj.remote.db import open_db
+
+    db = open_db(args.db)
+    try:
+        key = db.add_key(args.role, args.label)
+    finally:
+        db.close()
+    print(key)
+    print(f"({args.role} key; stored hashed, shown only now)", file=sys.stderr)
+    return 0
+
+
+def _store_facts(path: str) -> dict[str, Any]:
+    """env_id, seed and n_rows from a numbatraj store's manifest; empty for other files."""
+    try:
+        from numbatraj.data.store import TrajectoryStore
+
+        with TrajectoryStore(path) as s:
+            m = s.manifest
+            seed = m.get("seed")
+            return {
+                "env_id": m.get("env_id") or None,
+                "seed": int(seed) if seed not in (None, "", "None") else None,
+                "n_rows": s.n_rows,
+            }
+    except (OSError, ValueError):
+        return {}
+
+
+def _cmd_push(args: argparse.Namespace) -> int:
+    facts = _store_facts(args.path)
+    for k in ("env_id", "seed", "n_rows"):
+        if getattr(args, k) is not None:
+            facts[k] = getattr(args, k)
+    with _catalog(args) as cat:
+        row = cat.push(
+            args.path, args.name, args.version, env_id=facts.get("env_id"),
+            n_rows=facts.get("n_rows"), seed=facts.get("seed"),
+            source_commit=args.source_commit,
+        )
+    print(f"{row['name']} {row['version']}: {row['status']}, {row['bytes']} bytes, "
+          f"sha256 {row['sha256']}")
+    return 0
+
+
+def _cmd_pull(args: argparse.Namespace) -> int:
+    with _catalog(args) as cat:
+        res = cat.pull(args.name, args.dest, version=args.version)
+    how = "up to date, nothing moved" if res.cached else f"{res.bytes_downloaded} bytes fetched"
+    print(f"{res.record['name']} {res.record['version']} -> {res.path} ({how})")
+    return 0
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    with _catalog(args) as cat:
+        rows = cat.list(args.name)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    table: list[tuple[str, ...]] = [
+        ("name", "version", "status", "bytes", "env_id", "n_rows", "seed")
+    ]
+    table += [
+        tuple(str(r.get(k) if r.get(k) is not None else "-") for k in table[0]) for r in rows
+    ]
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    for r in table:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    return 0
+
+
+def _cmd_describe(args: argparse.Namespace) -> int:
+    with _catalog(args) as cat:
+        rec = cat.describe(args.name, args.version)
+    rec.pop("download", None)
+    print(json.dumps(rec, indent=2))
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``catalog`` and ``remote`` commands to the ``numbatraj`` parser."""
+    cat = subparsers.add_parser("catalog", help="run a dataset catalog service")
+    cat_sub = cat.add_subparsers(dest="catalog_command", required=True, metavar="ACTION")
+    serve = cat_sub.add_parser("serve", help="serve the catalog (metadata + presigned URLs)")
+    serve.add_argument("--db", default="sqlite:///catalog.db",
+                       help="sqlite:///catalog.db (default) or postgresql://...")
+    serve.add_argument("--objects", required=True,
+                       help="file:///srv/objects or s3://bucket?endpoint=URL&region=auto")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8600)
+    serve.add_argument("--public-url", default=None,
+                       help="URL clients reach this service at (default http://HOST:PORT)")
+    serve.add_argument("--get-expiry", type=int, default=3600,
+                       help="seconds a download URL stays valid (max 7 days)")
+    serve.add_argument("--put-expiry", type=int, default=6 * 3600,
+                       help="seconds an upload URL stays valid (max 7 days)")
+    serve.add_argument("--verbose", action="store_true", help="log every request")
+    serve.set_defaults(func=_cmd_serve)
+    key = cat_sub.add_parser("add-key", help="create an API key (printed once)")
+    key.add_argument("--db", default="sqlite:///catalog.db")
+    key.add_argument("--role", choices=("read", "write"), required=True)
+    key.add_argument("--label", default=None)
+    key.set_defaults(func=_cmd_add_key)
+
+    rem = subparsers.add_parser(
+        "remote", help="pull/push datasets through a catalog (NUMBATRAJ_CATALOG_URL/_API_KEY)"
+    )
+    rem_sub = rem.add_subparsers(dest="remote_command", required=True, metavar="ACTION")
+
+    def sub(name: str, help_: str) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = rem_sub.add_parser(name, help=help_)
+        p.add_argument("--env-file", default=".env", help="dotenv file with the two keys")
+        return p
+
+    pull = sub("pull", "fetch a dataset to DEST unless DEST already matches")
+    pull.add_argument("name")
+    pull.add_argument("dest")
+    pull.add_argument("--version", default=None, help="default: the latest ready version")
+    pull.set_defaults(func=_cmd_pull)
+    push = sub("push", "register, upload and complete a dataset version")
+    push.add_argument("path")
+    push.add_argument("name")
+    push.add_argument("version")
+    push.add_argument("--env-id", default=None, help="default: from the store's manifest")
+    push.add_argument("--n-rows", type=int, default=None, help="default: the store's rows")
+    push.add_argument("--seed", type=int, default=None, help="default: from the manifest")
+    push.add_argument("--source-commit", default=os.environ.get("GIT_COMMIT"))
+    push.set_defaults(func=_cmd_push)
+    lst = sub("list", "list datasets (pending ones included)")
+    lst.add_argument("name", nargs="?", default=None)
+    lst.add_argument("--json", action="store_true")
+    lst.set_defaults(func=_cmd_list)
+    desc = sub("describe", "metadata of a ready dataset version")
+    desc.add_argument("name")
+    desc.add_argument("--version", default=None)
+    desc.set_defaults(func=_cmd_describe)
