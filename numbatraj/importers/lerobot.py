@@ -1,0 +1,264 @@
+"""LeRobot v3.0 -> trajectory store: :func:`import_lerobot_v3`.
+
+The import streams.  Metadata is read and checked first (:mod:`._lerobot_meta`), free disk
+space is checked against the estimated output, and only then does decoding start: one
+forward-only PyAV decoder per camera, advanced in lockstep with the episode loop, and one
+data file's numbers at a time (:mod:`._lerobot_stream`).  Rows reach the store writer in
+batches of a few MiB, so peak memory is about one decoded frame per camera plus one batch,
+whatever the dataset's length.
+
+The store holds the columns ``qpos`` (float32, ``observation.state``), ``action`` (float32),
+``task_index`` (int32) and ``images`` (uint8 ``(n_cameras, 3, H, W)``, cameras sorted by
+name), plus the datasets ``norm_qpos_mean``, ``norm_qpos_std``, ``norm_action_mean`` and
+``norm_action_std`` (float32; standard deviation floored at ``1e-2`` as ACT does), computed
+over the kept episodes.  Its manifest records the source, fps, cameras, the task table and
+the rejected episodes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import h5py
+import numpy as np
+
+from numbatraj.data.column import ColumnSpec
+from numbatraj.data.writer import TrajectoryStoreWriter
+from numbatraj.errors import EpisodeError, SchemaError
+from numbatraj.importers._lerobot_meta import DatasetPlan, LeRobotFormatError, load_plan
+from numbatraj.importers._lerobot_stream import CameraStreams, DataRows
+from numbatraj.io.diskspace import require_free_space
+
+__all__ = [
+    "NORM_DATASETS",
+    "NORM_STD_FLOOR",
+    "LeRobotFormatError",
+    "estimate_store_bytes",
+    "import_lerobot_v3",
+    "store_columns",
+]
+
+#: Floor on the normalisation standard deviation (ACT's reference clips at this value).
+NORM_STD_FLOOR = 1e-2
+
+#: Datasets written beside the columns: ``(name, source column, statistic)``.
+NORM_DATASETS: tuple[tuple[str, str, str], ...] = (
+    ("norm_qpos_mean", "qpos", "mean"),
+    ("norm_qpos_std", "qpos", "std"),
+    ("norm_action_mean", "action", "mean"),
+    ("norm_action_std", "action", "std"),
+)
+
+_BATCH_BYTES = 4 << 20
+_STAT_SLAB_ROWS = 1 << 16
+
+
+def store_columns(plan: DatasetPlan, height: int, width: int) -> list[ColumnSpec]:
+    """The columns an import of ``plan`` writes."""
+    return [
+        ColumnSpec("qpos", np.float32, (plan.state_dim,)),
+        ColumnSpec("action", np.float32, (plan.action_dim,)),
+        ColumnSpec("task_index", np.int32, ()),
+        ColumnSpec("images", np.uint8, (len(plan.cameras), 3, height, width)),
+    ]
+
+
+def estimate_store_bytes(plan: DatasetPlan, height: int, width: int) -> int:
+    """Bytes the store will take: kept frames times the row size of every column."""
+    row = sum(spec.row_bytes for spec in store_columns(plan, height, width))
+    return plan.n_kept_frames * row + (64 << 10)
+
+
+@contextmanager
+def _progress(total: int, enabled: bool, desc: str) -> Iterator[Any]:
+    bar = None
+    if enabled and sys.stderr.isatty():
+        try:
+            from tqdm import tqdm
+        except ImportError:  # the bar is optional: no tqdm, no bar
+            bar = None
+        else:
+            bar = tqdm(total=total, unit="frame", unit_scale=True, desc=desc, dynamic_ncols=True)
+    try:
+        yield bar
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def _attrs(plan: DatasetPlan, source: str, height: int, width: int) -> dict[str, str]:
+    tasks = {str(k): v for k, v in sorted(plan.tasks.items())}
+    return {
+        "source": source,
+        "source_format": f"lerobot {plan.info.get('codebase_version')}",
+        "fps": f"{plan.fps:g}",
+        "cameras": ",".join(plan.cameras),
+        "image_height": str(height),
+        "image_width": str(width),
+        "tasks": json.dumps(tasks, ensure_ascii=False),
+        "rejected_episodes": json.dumps(sorted(plan.rejected)),
+        "source_episodes": ",".join(str(ep.index) for ep in plan.kept),
+        "qpos_names": json.dumps(list(plan.state_names), ensure_ascii=False),
+        "action_names": json.dumps(list(plan.action_names), ensure_ascii=False),
+        "robot_type": str(plan.info.get("robot_type") or ""),
+    }
+
+
+def _write_rows(
+    plan: DatasetPlan, writer: TrajectoryStoreWriter, height: int, width: int, bar: Any
+) -> None:
+    n_cam = len(plan.cameras)
+    row_bytes = max(1, n_cam * 3 * height * width)
+    batch = max(1, min(1024, _BATCH_BYTES // row_bytes))
+    images = np.empty((batch, n_cam, 3, height, width), dtype=np.uint8)
+    data = DataRows(plan)
+    cams = CameraStreams(plan, height, width)
+    try:
+        for ep in plan.kept:
+            qpos, action, task = data.episode(ep)
+            cams.start_episode(ep)
+            for lo in range(0, ep.length, batch):
+                hi = min(ep.length, lo + batch)
+                for j in range(lo, hi):
+                    cams.read(j, images[j - lo])
+                writer.append_rows(
+                    {
+                        "qpos": qpos[lo:hi],
+                        "action": action[lo:hi],
+                        "task_index": task[lo:hi],
+                        "images": images[: hi - lo],
+                    }
+                )
+                if bar is not None:
+                    bar.update(hi - lo)
+            writer.end_episode()
+    finally:
+        cams.close()
+
+
+def _mean_std(ds: h5py.Dataset) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and population standard deviation over rows, two passes in float64 slabs."""
+    n = ds.shape[0]
+    total = np.zeros(ds.shape[1:], np.float64)
+    for lo in range(0, n, _STAT_SLAB_ROWS):
+        total += ds[lo : lo + _STAT_SLAB_ROWS].astype(np.float64).sum(axis=0)
+    mean = total / n
+    sq = np.zeros_like(mean)
+    for lo in range(0, n, _STAT_SLAB_ROWS):
+        d = ds[lo : lo + _STAT_SLAB_ROWS].astype(np.float64) - mean
+        sq += (d * d).sum(axis=0)
+    return mean, np.sqrt(sq / n)
+
+
+def _add_norm_stats(path: str) -> None:
+    with h5py.File(path, "r+") as f:
+        stats = {col: _mean_std(f[col]) for col in ("qpos", "action")}
+        for name, col, what in NORM_DATASETS:
+            mean, std = stats[col]
+            value = mean if what == "mean" else np.maximum(std, NORM_STD_FLOOR)
+            f.create_dataset(name, data=value.astype(np.float32))
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
+def import_lerobot_v3(
+    root: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    height: int = 240,
+    width: int = 320,
+    force: bool = False,
+    progress: bool = True,
+    source: str | None = None,
+) -> str:
+    """Convert a LeRobot v3.0 dataset directory into a trajectory store.
+
+    Parameters
+    ----------
+    root : path-like
+        The dataset directory (holding ``meta/info.json``); see
+        :func:`~numbatraj.importers.hub_cache.resolve_dataset_root` for Hub datasets.
+    out : path-like
+        The ``.h5`` store to write.  It is built at ``<out>.tmp`` and renamed when complete;
+        a failed import leaves nothing at ``out``.
+    height, width : int
+        Image size in the store; frames of another size are resized (Pillow BILINEAR).
+    force : bool
+        Rebuild even if ``out`` exists.  Without it an existing ``out`` is returned as is.
+    progress : bool
+        Show a progress bar (frames, frames/s, ETA) when stderr is a terminal.
+    source : str, optional
+        What the manifest records as the source (default: the absolute ``root``).
+
+    Returns
+    -------
+    str
+        ``out``.
+
+    Raises
+    ------
+    LeRobotFormatError
+        Not a v3.0 dataset (the message names the version found), or metadata that cannot be
+        interpreted.
+    IntegrityError
+        A missing or corrupt file, counts that disagree with ``meta/info.json``, a data row
+        missing or duplicated, a camera's episodes out of dataset order, a video shorter than
+        its episodes need.  The message names the file, episode or camera.
+    DiskSpaceError
+        Not enough free space for the estimated store (checked before decoding).
+    EpisodeError
+        Every episode is rejected.
+    """
+    out = os.fspath(out)
+    if height < 1 or width < 1:
+        raise SchemaError(f"height and width must be positive, got {height}x{width}")
+    if os.path.exists(out) and not force:
+        return out
+    plan = load_plan(root)
+    if not plan.kept:
+        raise EpisodeError(
+            f"every episode of {plan.root!r} is listed in meta/rejected_episodes.json; "
+            f"nothing to import"
+        )
+    parent = os.path.dirname(os.path.abspath(out))
+    os.makedirs(parent, exist_ok=True)
+    require_free_space(out, estimate_store_bytes(plan, height, width), what=f"the store {out!r}")
+    tmp = out + ".tmp"
+    writer = TrajectoryStoreWriter(
+        tmp,
+        store_columns(plan, height, width),
+        env_id=str(plan.info.get("robot_type") or "") or None,
+        attrs=_attrs(plan, source or plan.root, height, width),
+        overwrite=True,
+    )
+    try:
+        with _progress(plan.n_kept_frames, progress, os.path.basename(out)) as bar:
+            _write_rows(plan, writer, height, width, bar)
+        writer.close()
+        _add_norm_stats(tmp)
+        _fsync(tmp)
+        os.replace(tmp, out)
+        _fsync(parent)
+    except BaseException:
+        writer.abort()
+        _remove(tmp)
+        raise
+    return out

@@ -1,0 +1,355 @@
+"""import_lerobot_v3 against an independent oracle on datasets built to break bookkeeping.
+
+The oracle (:func:`oracle`) shares no code with the importer: it reads every data file whole
+and sorts all rows by their global index, decodes every frame of every video file into memory
+and picks each episode's frames by nearest timestamp (``from_timestamp + j / fps``), the way
+LeRobot's own loader does, then resizes with Pillow.  The importer streams instead.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import av
+import h5py
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from PIL import Image
+
+from numbatraj.data.store import TrajectoryStore
+from numbatraj.data.validate import validate_store
+from numbatraj.importers.lerobot import NORM_STD_FLOOR, import_lerobot_v3
+from tests.importers.lerobot_fixtures import (
+    PAD_EPISODE,
+    CameraSpec,
+    adversarial_spec,
+    expected_code,
+    frame_code,
+    read_code,
+    write_dataset,
+)
+
+
+def _decode_all(path: str) -> tuple[np.ndarray, list[np.ndarray]]:
+    times, frames = [], []
+    with av.open(path) as c:
+        for f in c.decode(video=0):
+            times.append(float(f.pts * f.time_base))
+            frames.append(f.to_ndarray(format="rgb24"))
+    return np.asarray(times), frames
+
+
+def oracle(root: str, height: int, width: int) -> dict[str, object]:
+    """Every column of the expected store, computed the slow, obvious way."""
+    info = json.load(open(os.path.join(root, "meta/info.json")))
+    fps = info["fps"]
+    cams = sorted(k for k, v in info["features"].items() if v["dtype"] == "video")
+    rows = pa.concat_tables(
+        [pq.read_table(p) for p in sorted(glob.glob(f"{root}/data/*/*.parquet"))]
+    ).to_pydict()
+    order = np.argsort(rows["index"])
+    eps_table = pa.concat_tables(
+        [pq.read_table(p) for p in sorted(glob.glob(f"{root}/meta/episodes/*/*.parquet"))]
+    ).to_pylist()
+    eps_table.sort(key=lambda r: r["episode_index"])
+    rej_path = os.path.join(root, "meta/rejected_episodes.json")
+    rejected = (
+        set(json.load(open(rej_path))["rejected_episodes"]) if os.path.exists(rej_path) else set()
+    )
+    videos = {}
+    qpos, action, task, images, lengths, codes = [], [], [], [], [], []
+    for ep in eps_table:
+        e = ep["episode_index"]
+        if e in rejected:
+            continue
+        mine = [int(i) for i in order if rows["episode_index"][i] == e]
+        lengths.append(len(mine))
+        qpos += [rows["observation.state"][i] for i in mine]
+        action += [rows["action"][i] for i in mine]
+        task += [rows["task_index"][i] for i in mine]
+        for j in range(len(mine)):
+            per_cam = []
+            for cam in cams:
+                path = os.path.join(
+                    root,
+                    info["video_path"].format(
+                        video_key=cam,
+                        chunk_index=ep[f"videos/{cam}/chunk_index"],
+                        file_index=ep[f"videos/{cam}/file_index"],
+                    ),
+                )
+                if path not in videos:
+                    videos[path] = _decode_all(path)
+                times, frames = videos[path]
+                t = ep[f"videos/{cam}/from_timestamp"] + j / fps
+                k = int(np.argmin(np.abs(times - t)))
+                assert abs(times[k] - t) < 1e-4, (path, t, times[k])
+                img = Image.fromarray(frames[k])
+                if img.size != (width, height):
+                    img = img.resize((width, height), Image.BILINEAR)
+                per_cam.append(np.asarray(img).transpose(2, 0, 1))
+            images.append(np.stack(per_cam))
+            codes.append((e, j))
+    q = np.asarray(qpos, np.float32)
+    a = np.asarray(action, np.float32)
+    return {
+        "qpos": q,
+        "action": a,
+        "task_index": np.asarray(task, np.int32),
+        "images": np.stack(images),
+        "lengths": np.asarray(lengths),
+        "codes": codes,
+        "cams": cams,
+        "norm_qpos_mean": q.astype(np.float64).mean(0).astype(np.float32),
+        "norm_qpos_std": np.maximum(q.astype(np.float64).std(0), NORM_STD_FLOOR).astype(np.float32),
+        "norm_action_mean": a.astype(np.float64).mean(0).astype(np.float32),
+        "norm_action_std": np.maximum(a.astype(np.float64).std(0), NORM_STD_FLOOR).astype(
+            np.float32
+        ),
+    }
+
+
+def _check_against_oracle(
+    root: str, out: str, height: int, width: int, cam_ids: dict[str, int]
+) -> None:
+    exp = oracle(root, height, width)
+    with TrajectoryStore(out) as s:
+        np.testing.assert_array_equal(s.episode_lengths, exp["lengths"])
+        for col in ("qpos", "action", "task_index"):
+            got = s.load_column(col)
+            assert got.dtype == exp[col].dtype
+            np.testing.assert_array_equal(got, exp[col])
+        images = s.load_column("images")
+        assert images.shape == exp["images"].shape
+        # The oracle decodes with the same library: identical pixels are expected.
+        np.testing.assert_array_equal(images, exp["images"])
+        # And every frame is the one it claims to be, read from its colour code.
+        cams = s.manifest["attr.cameras"].split(",")
+        assert cams == exp["cams"] == sorted(cams)
+        for r, (e, j) in enumerate(exp["codes"]):
+            for c, cam in enumerate(cams):
+                assert read_code(images[r, c]) == expected_code(cam_ids[cam], e, j), (r, cam)
+        # Pixels stay within a codec tolerance of what was encoded.
+        for r in (0, len(exp["codes"]) // 2, len(exp["codes"]) - 1):
+            e, j = exp["codes"][r]
+            for c, cam in enumerate(cams):
+                src = np.asarray(
+                    Image.fromarray(frame_code(cam_ids[cam], e, j, 24, 32)).resize(
+                        (width, height), Image.BILINEAR
+                    )
+                ).transpose(2, 0, 1)
+                # stripe interiors only: edges blur under the codec and the resize
+                inner = slice(width // 16, width // 8)
+                assert np.abs(images[r, c][:, :, inner].astype(int) - src[:, :, inner]).max() <= 12
+    with h5py.File(out) as f:
+        for name in ("norm_qpos_mean", "norm_qpos_std", "norm_action_mean", "norm_action_std"):
+            assert f[name].dtype == np.float32
+            np.testing.assert_allclose(f[name][()], exp[name], rtol=2e-6, atol=1e-7)
+    assert validate_store(out).ok
+
+
+def _cam_ids(spec) -> dict[str, int]:
+    return {cam.name: i for i, cam in enumerate(spec.cameras)}
+
+
+def test_adversarial_av1_and_h264_matches_oracle(tmp_path):
+    spec = adversarial_spec()
+    root = write_dataset(tmp_path / "ds", spec)
+    out = str(tmp_path / "store.h5")
+    assert import_lerobot_v3(root, out, height=24, width=32, progress=False) == out
+    assert not os.path.exists(out + ".tmp")
+    _check_against_oracle(root, out, 24, 32, _cam_ids(spec))
+    with TrajectoryStore(out) as s:
+        m = s.manifest
+        assert json.loads(m["attr.tasks"]) == {"0": "pick the cube", "1": "place it\nin the bowl"}
+        assert m["attr.fps"] == "30" and m["attr.source"] == os.path.abspath(root)
+        assert s.n_rows == sum(spec.lengths)
+
+
+@pytest.mark.parametrize("text_col", ["__index_level_0__", "task"])
+def test_all_h264_resized_rejected_episodes_float_sizes(tmp_path, text_col):
+    cams = [
+        CameraSpec(
+            "cam_b",
+            codec="h264",
+            width=32,
+            height=24,
+            files=[[0, 1], [2, 3, 4]],
+            keys=[(0, 0), (1, 0)],
+            gap=1,
+        ),
+        CameraSpec(
+            "cam_a",
+            codec="h264",
+            width=48,
+            height=36,
+            files=[[0], [1, 2], [3, 4]],
+            keys=[(0, 0), (0, 1), (0, 2)],
+            lead=2,
+        ),
+    ]
+    spec = adversarial_spec(
+        lengths=[6, 3, 8, 5, 4],
+        cameras=cams,
+        data_files=[[0, 1, 2, 3, 4]],
+        data_keys=[(0, 0)],
+        meta_files=[[0, 1], [2, 3, 4]],
+        meta_keys=[(0, 0), (0, 1)],
+        episode_task=[1, 0, 1, 0, 0],
+        rejected=[1, 3],
+        float_sizes=True,
+        task_text_column=text_col,
+    )
+    root = write_dataset(tmp_path / "ds", spec)
+    out = str(tmp_path / "store.h5")
+    import_lerobot_v3(root, out, height=18, width=24, progress=False)
+    _check_against_oracle(root, out, 18, 24, _cam_ids(spec))
+    with TrajectoryStore(out) as s:
+        assert s.n_episodes == 3 and s.n_rows == 6 + 8 + 4
+        assert json.loads(s.manifest["attr.rejected_episodes"]) == [1, 3]
+        assert s.manifest["attr.source_episodes"] == "0,2,4"
+
+
+def test_rejected_episodes_left_out_of_normalisation(tmp_path):
+    spec = adversarial_spec(rejected=[3])
+    root = write_dataset(tmp_path / "ds", spec)
+    out_all, out_rej = str(tmp_path / "a.h5"), str(tmp_path / "r.h5")
+    import_lerobot_v3(root, out_rej, height=24, width=32, progress=False)
+    os.remove(os.path.join(root, "meta/rejected_episodes.json"))
+    import_lerobot_v3(root, out_all, height=24, width=32, progress=False)
+    with h5py.File(out_all) as fa, h5py.File(out_rej) as fr:
+        assert fr["qpos"].shape[0] == fa["qpos"].shape[0] - spec.lengths[3]
+        assert not np.allclose(fa["norm_qpos_mean"][()], fr["norm_qpos_mean"][()])
+        starts = np.cumsum([0] + spec.lengths)
+        kept = np.concatenate([fa["qpos"][starts[e] : starts[e + 1]] for e in range(7) if e != 3])
+        np.testing.assert_allclose(
+            fr["norm_qpos_mean"][()], kept.astype(np.float64).mean(0), rtol=2e-6
+        )
+
+
+def test_std_floor_applies_to_constant_joints(tmp_path):
+    spec = adversarial_spec(state_dim=3)
+    root = write_dataset(tmp_path / "ds", spec)
+    out = str(tmp_path / "s.h5")
+    import_lerobot_v3(root, out, height=24, width=32, progress=False)
+    with h5py.File(out) as f:
+        assert np.all(f["norm_qpos_std"][()] >= NORM_STD_FLOOR)
+        assert np.all(f["norm_action_std"][()] > NORM_STD_FLOOR)  # these joints move
+
+
+def test_existing_output_reused_unless_force(tmp_path):
+    root = write_dataset(tmp_path / "ds", adversarial_spec())
+    out = tmp_path / "s.h5"
+    out.write_bytes(b"not rebuilt")
+    import_lerobot_v3(root, out, height=24, width=32, progress=False)
+    assert out.read_bytes() == b"not rebuilt"
+    import_lerobot_v3(root, out, height=24, width=32, progress=False, force=True)
+    assert validate_store(str(out)).ok
+
+
+def test_padding_frames_are_never_imported(tmp_path):
+    spec = adversarial_spec()
+    root = write_dataset(tmp_path / "ds", spec)
+    out = str(tmp_path / "s.h5")
+    import_lerobot_v3(root, out, height=24, width=32, progress=False)
+    with TrajectoryStore(out) as s:
+        codes = {read_code(img[c])[1] for img in s.load_column("images") for c in range(2)}
+    assert PAD_EPISODE not in codes and codes == set(range(7))
+
+
+def test_cli_import_root(tmp_path):
+    root = write_dataset(tmp_path / "ds", adversarial_spec())
+    out = tmp_path / "cli.h5"
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "numbatraj",
+            "import",
+            "lerobot",
+            "--root",
+            root,
+            "--out",
+            str(out),
+            "--height",
+            "24",
+            "--width",
+            "32",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(out) and validate_store(str(out)).ok
+    r = subprocess.run(
+        [sys.executable, "-m", "numbatraj", "import", "lerobot", "--root", root],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert r.returncode == 2 and "--out" in r.stderr
+    (tmp_path / "ds" / "meta" / "info.json").write_text('{"codebase_version": "v2.1"}')
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "numbatraj",
+            "import",
+            "lerobot",
+            "--root",
+            root,
+            "--out",
+            str(tmp_path / "x.h5"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert r.returncode == 1 and "v2.1" in r.stderr and not (tmp_path / "x.h5").exists()
+
+
+def test_cli_repo_default_output_from_cache(tmp_path, monkeypatch):
+    from numbatraj.cli import main
+
+    monkeypatch.setenv("NUMBATRAJ_CACHE", str(tmp_path / "cache"))
+    write_dataset(tmp_path / "cache" / "lerobot" / "Org__so101-demo", adversarial_spec())
+    assert (
+        main(
+            [
+                "import",
+                "lerobot",
+                "--repo",
+                "Org/so101-demo",
+                "--height",
+                "24",
+                "--width",
+                "32",
+                "--no-download",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    assert validate_store(str(tmp_path / "cache" / "stores" / "Org__so101-demo_24x32.h5")).ok
+    assert main(["import", "lerobot", "--repo", "Org/absent", "--no-download", "--quiet"]) == 1
+
+
+@pytest.mark.slow
+def test_example_runs(tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    r = subprocess.run(
+        [sys.executable, "examples/import_lerobot.py", "--workdir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "episodes" in r.stdout
