@@ -135,3 +135,15 @@ def test_d4rl_not_hdf5(tmp_path):
     with pytest.raises(OSError, match="x.hdf5"):
         import_d4rl(p, tmp_path / "o.h5")
     assert not (tmp_path / "o.h5").exists()
+
+
+def test_example_script_runs(monkeypatch, capsys):
+    import runpy
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "examples" / "import_d4rl.py"
+    monkeypatch.setattr(sys, "argv", [str(script)])
+    runpy.run_path(str(script), run_name="__main__")
+    out = capsys.readouterr().out
+    assert ": ok (" in out and "columns:" in out

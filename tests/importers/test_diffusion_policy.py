@@ -148,3 +148,15 @@ def test_dp_streams_one_episode_at_a_time(tmp_path, rng):
     per_episode = 400 * (5 * 4 + 2 * 4 + 12 * 12 * 3)
     peak = peak_traced_bytes(lambda: import_diffusion_policy(src, tmp_path / "o.h5"))
     assert peak < 5 * per_episode   # the source holds 8 episodes
+
+
+def test_example_script_runs(monkeypatch, capsys):
+    import runpy
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "examples" / "import_diffusion_policy.py"
+    monkeypatch.setattr(sys, "argv", [str(script)])
+    runpy.run_path(str(script), run_name="__main__")
+    out = capsys.readouterr().out
+    assert ": ok (" in out and "columns:" in out

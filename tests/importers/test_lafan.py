@@ -155,3 +155,15 @@ def test_lafan_streams_one_clip_at_a_time(tmp_path, rng):
 def test_lafan_missing_path(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.csv"):
         import_lafan_g1([tmp_path / "nope.csv"], tmp_path / "o.h5")
+
+
+def test_example_script_runs(monkeypatch, capsys):
+    import runpy
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "examples" / "import_lafan.py"
+    monkeypatch.setattr(sys, "argv", [str(script)])
+    runpy.run_path(str(script), run_name="__main__")
+    out = capsys.readouterr().out
+    assert ": ok (" in out and "columns:" in out

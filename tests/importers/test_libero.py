@@ -204,3 +204,24 @@ def test_libero_streams_one_demo_at_a_time(tmp_path, rng):
     out = tmp_path / "m.h5"
     peak = peak_traced_bytes(lambda: import_libero(suite, out, image_compression=None))
     assert peak < 5 * per_demo  # the source holds 8 demos' worth (3.4x measured)
+
+
+def test_example_script_runs(monkeypatch, capsys):
+    import runpy
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "examples" / "import_libero.py"
+    monkeypatch.setattr(sys, "argv", [str(script)])
+    runpy.run_path(str(script), run_name="__main__")
+    out = capsys.readouterr().out
+    assert ": ok (" in out and "columns:" in out
+
+
+def test_libero_progress_bar(tmp_path, rng, capsys):
+    suite = make_libero_suite(tmp_path, rng)
+    import_libero(suite, tmp_path / "p.h5", show_progress=True)
+    err = capsys.readouterr().err
+    assert "libero libero_goal" in err and "/8 [" in err
+    import_libero(suite, tmp_path / "q.h5", show_progress=False)
+    assert capsys.readouterr().err == ""

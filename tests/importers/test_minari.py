@@ -135,3 +135,15 @@ def test_minari_streams_one_episode_at_a_time(tmp_path, rng):
     per_episode = 1501 * 64 * 8 + 1500 * (2 * 4 + 8 + 2 + 1)
     peak = peak_traced_bytes(lambda: import_minari(d, tmp_path / "o.h5"))
     assert peak < 5 * per_episode   # the source holds 8 episodes
+
+
+def test_example_script_runs(monkeypatch, capsys):
+    import runpy
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "examples" / "import_minari.py"
+    monkeypatch.setattr(sys, "argv", [str(script)])
+    runpy.run_path(str(script), run_name="__main__")
+    out = capsys.readouterr().out
+    assert ": ok (" in out and "columns:" in out

@@ -117,3 +117,15 @@ def test_robomimic_streams_one_demo_at_a_time(tmp_path, rng):
     peak = peak_traced_bytes(lambda: import_robomimic(src, tmp_path / "o.h5",
                                                       image_compression=None))
     assert peak < 4 * per_demo   # the source holds 8 demos
+
+
+def test_example_script_runs(monkeypatch, capsys):
+    import runpy
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "examples" / "import_robomimic.py"
+    monkeypatch.setattr(sys, "argv", [str(script)])
+    runpy.run_path(str(script), run_name="__main__")
+    out = capsys.readouterr().out
+    assert ": ok (" in out and "columns:" in out
