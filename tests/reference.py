@@ -43,3 +43,127 @@ def first_outside_ref(idx: np.ndarray, lo: int, hi: int) -> int:
 def windows_ref(n_rows: int, window_rows: int) -> list[tuple[int, int]]:
     """Every ``(start, stop)`` window that seek(0) plus repeated advance() visits."""
     return [(s, min(s + window_rows, n_rows)) for s in range(0, n_rows, window_rows)]
+
+
+# --------------------------------------------------------------------------- samplers
+_PHILOX_M = (0xD2511F53, 0xCD9E8D57)
+_PHILOX_W = (0x9E3779B9, 0xBB67AE85)
+_MASK32 = 0xFFFFFFFF
+
+
+def philox4x32_10_ref(counter: tuple[int, ...], key: tuple[int, ...]) -> tuple[int, ...]:
+    """Philox4x32-10 on Python ints, as in Salmon et al. (SC'11), Random123's philox.h."""
+    c = [int(x) & _MASK32 for x in counter]
+    k = [int(x) & _MASK32 for x in key]
+    for r in range(10):
+        if r:
+            k = [(k[0] + _PHILOX_W[0]) & _MASK32, (k[1] + _PHILOX_W[1]) & _MASK32]
+        p0 = _PHILOX_M[0] * c[0]
+        p1 = _PHILOX_M[1] * c[2]
+        c = [
+            (p1 >> 32) ^ c[1] ^ k[0],
+            p1 & _MASK32,
+            (p0 >> 32) ^ c[3] ^ k[1],
+            p0 & _MASK32,
+        ]
+    return tuple(c)
+
+
+def bounded_ref(word: int, n: int) -> int:
+    """``floor(word * n / 2**64)`` with exact integer arithmetic."""
+    return (int(word) * int(n)) >> 64
+
+
+def philox_rows_ref(seed: int, n: int, lanes: int, draw: int) -> np.ndarray:
+    """Indices of draw ``draw`` of the device sampler: lane in the counter's high words, draw
+    number in the low words, key = seed; index from output words 0 (low) and 1 (high)."""
+    key = (seed & _MASK32, seed >> 32)
+    out = np.empty(lanes, dtype=np.int64)
+    for lane in range(lanes):
+        ctr = (draw & _MASK32, draw >> 32, lane & _MASK32, lane >> 32)
+        x = philox4x32_10_ref(ctr, key)
+        out[lane] = bounded_ref(x[0] | (x[1] << 32), n)
+    return out
+
+
+def sumtree_find_ref(leaves: np.ndarray, masses: np.ndarray) -> np.ndarray:
+    """The leaf holding each prefix mass."""
+    return np.searchsorted(np.cumsum(leaves), masses, side="right").astype(np.int64)
+
+
+def sumtree_nodes_ref(leaves: np.ndarray, present: np.ndarray, p: int) -> tuple[np.ndarray, ...]:
+    """Sum and min trees (``2p`` nodes, root 1) built by a Python loop from the leaves;
+    absent leaves count 0 in the sum and +inf in the min."""
+    sums = [0.0] * (2 * p)
+    mins = [float("inf")] * (2 * p)
+    for i, v in enumerate(leaves):
+        sums[p + i] = float(v)
+        mins[p + i] = float(v) if present[i] else float("inf")
+    for n in range(p - 1, 0, -1):
+        sums[n] = sums[2 * n] + sums[2 * n + 1]
+        mins[n] = min(mins[2 * n], mins[2 * n + 1])
+    return np.array(sums), np.array(mins)
+
+
+def per_weights_ref(leaves: np.ndarray, present: np.ndarray, idx: np.ndarray, beta: float) -> np.ndarray:
+    """PER importance weights ``(N P(i))**-beta / max_j (N P(j))**-beta`` over present rows."""
+    live = np.asarray(leaves, dtype=np.float64)[present]
+    n = live.shape[0]
+    prob = np.asarray(leaves, dtype=np.float64) / live.sum()
+    w_all = (n * live / live.sum()) ** -beta
+    return (n * prob[idx]) ** -beta / w_all.max()
+
+
+class PrioritizedModel:
+    """A trivially correct model of PrioritizedSampler's bookkeeping (dicts, Python loops)."""
+
+    def __init__(self, capacity: int, alpha: float, eps: float) -> None:
+        self.capacity, self.alpha, self.eps = capacity, alpha, eps
+        self.leaf: dict[int, float] = {}
+        self.gen: dict[int, int] = {}
+        self.max_p = 1.0
+
+    def note_added(self, rows: list[int]) -> None:
+        for r in rows:
+            self.gen[r] = self.gen.get(r, 0) + 1
+            self.leaf[r] = self.max_p**self.alpha
+
+    def update(self, rows: list[int], prios: list[float], stamps: list[int] | None) -> int:
+        skipped = 0
+        for j, (r, pr) in enumerate(zip(rows, prios)):
+            if stamps is not None and self.gen[r] != stamps[j]:
+                skipped += 1
+                continue
+            self.leaf[r] = (pr + self.eps) ** self.alpha
+            self.max_p = max(self.max_p, pr + self.eps)
+        return skipped
+
+    def leaves(self) -> tuple[np.ndarray, np.ndarray]:
+        vals = np.zeros(self.capacity)
+        present = np.zeros(self.capacity, dtype=bool)
+        for r, v in self.leaf.items():
+            vals[r] = v
+            present[r] = True
+        return vals, present
+
+
+def expand_window_ref(lengths: np.ndarray, starts: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
+    """Window rows and ``is_first`` (row is some episode's first row), by Python loops."""
+    firsts = set()
+    row = 0
+    for n in lengths:
+        firsts.add(row)
+        row += int(n)
+    idx = np.array([[int(s) + t for t in range(window)] for s in starts], dtype=np.int64)
+    first = np.array([[int(s) + t in firsts for t in range(window)] for s in starts], dtype=bool)
+    return idx.reshape(len(starts), window), first.reshape(len(starts), window)
+
+
+def in_episode_starts_ref(lengths: np.ndarray, window: int) -> list[int]:
+    """Every start whose window of ``window`` rows stays inside one episode, in order."""
+    out: list[int] = []
+    row = 0
+    for n in lengths:
+        out.extend(range(row, row + int(n) - window + 1))
+        row += int(n)
+    return out

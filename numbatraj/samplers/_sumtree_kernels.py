@@ -1,0 +1,209 @@
+"""Sum-tree and min-tree kernels over flat float64 arrays.
+
+Layout: ``tree`` is float64 ``(2P, 2)`` for ``P`` (a power of two >= capacity) leaves;
+``sums[n]`` is the sum and ``mins[n]`` the minimum of node ``n``'s subtree.  Node
+``n`` has children ``2n`` and ``2n + 1``; the root is node 1 and leaf ``i`` is node
+``P + i``.  An absent leaf holds sum 0 and min +inf.  Keeping a node's sum and min side by
+side means one cache line serves both trees, which is what a batched update is bound by.
+
+Every internal node is recomputed from its two children (``fl(left + right)``), never
+adjusted by a delta, so internal nodes are a pure function of the leaves: no rounding drift
+accumulates however many updates run, and a rebuild from the leaves gives the same bits.
+
+Kernels take arrays and scalars only, assume valid input (the wrappers in ``sumtree.py`` and
+``prioritized.py`` check), never raise and never allocate.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from numbatraj._jit import njit_kernel
+
+
+@njit_kernel
+def _sumtree_build_cpu(sums, mins, p):  # type: ignore[no-untyped-def]
+    """Recompute every internal node from the leaves ``sums[p:]`` and ``mins[p:]``."""
+    for n in range(p - 1, 0, -1):
+        sums[n] = sums[2 * n] + sums[2 * n + 1]
+        a = mins[2 * n]
+        b = mins[2 * n + 1]
+        mins[n] = a if a < b else b
+
+
+@njit_kernel
+def _recompute_ancestors_cpu(sums, mins, p, nodes):  # type: ignore[no-untyped-def]
+    """Recompute the ancestors of leaf nodes ``nodes`` (0 entries are skipped).
+
+    All leaves must already hold their final values.  ``nodes`` (int64) is scratch.  While
+    a level is wider than the number of updates ``k``, every update moves up one level at a
+    time (their loads overlap); once a level holds at most ``k`` nodes, the whole top of the
+    tree above it is rebuilt in index order, which costs fewer than ``2k`` node updates
+    instead of ``k`` per remaining level.
+    """
+    k = nodes.shape[0]
+    width = p
+    while width > 1 and width > k:
+        for j in range(k):
+            n = nodes[j] >> 1
+            nodes[j] = n
+            if n >= 1:
+                sums[n] = sums[2 * n] + sums[2 * n + 1]
+                a = mins[2 * n]
+                b = mins[2 * n + 1]
+                mins[n] = a if a < b else b
+        width >>= 1
+    for n in range(width - 1, 0, -1):
+        sums[n] = sums[2 * n] + sums[2 * n + 1]
+        a = mins[2 * n]
+        b = mins[2 * n + 1]
+        mins[n] = a if a < b else b
+
+
+@njit_kernel
+def _sumtree_update_cpu(sums, mins, p, leaves, values, nodes):  # type: ignore[no-untyped-def]
+    """Set ``leaves[j]`` to ``values[j]`` in order (a repeated leaf: the last wins).
+
+    ``nodes`` is int64 scratch of ``leaves``' length.
+    """
+    for j in range(leaves.shape[0]):
+        n = p + leaves[j]
+        sums[n] = values[j]
+        mins[n] = values[j]
+        nodes[j] = n
+    _recompute_ancestors_cpu(sums, mins, p, nodes)
+
+
+@njit_kernel
+def _sumtree_find_cpu(sums, p, masses, out, leafvals):  # type: ignore[no-untyped-def]
+    """Batched descent, level by level: ``out[i]`` is the leaf holding prefix mass ``masses[i]``.
+
+    For ``0 <= m < total`` the leaf is the first ``j`` with ``cumsum(leaves)[j] > m``
+    (``searchsorted(..., side="right")``): go left while ``m < sum(left)``, else subtract it
+    and go right (written without branches: the direction is a coin flip the CPU cannot
+    predict).  A mass that rounding pushed to or past the end of a subtree goes left
+    whenever the right subtree is empty, so it lands on the last leaf with positive mass.
+    ``masses`` is scratch (overwritten with remainders); ``leafvals[i]`` receives the chosen
+    leaf's value.  All draws move down one level together, so their loads overlap.
+    """
+    b = masses.shape[0]
+    for i in range(b):
+        out[i] = 1
+        leafvals[i] = sums[1]
+    width = 1
+    while width < p:
+        for i in range(b):
+            n = 2 * out[i]
+            left = sums[n]
+            right = sums[n + 1]
+            m = masses[i]
+            go_right = (m >= left) & (right > 0.0)
+            out[i] = n + np.int64(go_right)
+            masses[i] = m - left if go_right else m
+            leafvals[i] = right if go_right else left
+        width *= 2
+    for i in range(b):
+        out[i] -= p
+
+
+@njit_kernel
+def _sample_prioritized_cpu(sums, mins, p, gen, u, beta, out, weights, stamps, scratch):  # type: ignore[no-untyped-def]
+    """Stratified proportional draws with PER weights and generation stamps.
+
+    ``u`` float64 (B,) uniforms in [0, 1); draw ``i`` takes prefix mass
+    ``(i + u[i]) * total / B`` (one uniform per equal-mass segment).  ``weights[i]`` float32
+    is ``(leaf_i / min_leaf) ** -beta``, which is ``(N P(i))**-beta / max_j (N P(j))**-beta``
+    since the largest weight belongs to the smallest leaf (the min-tree root) and ``N`` and
+    the total cancel.  ``stamps[i] = gen[out[i]]``.  ``scratch`` float64 (2, B).
+    """
+    b = u.shape[0]
+    seg = sums[1] / b
+    masses = scratch[0]
+    leafvals = scratch[1]
+    for i in range(b):
+        masses[i] = (i + u[i]) * seg
+    _sumtree_find_cpu(sums, p, masses, out, leafvals)
+    lo = mins[1]
+    for i in range(b):
+        weights[i] = np.float32((leafvals[i] / lo) ** (-beta))
+        stamps[i] = gen[out[i]]
+
+
+@njit_kernel
+def _add_rows_cpu(sums, mins, p, gen, present, rows, value, nodes):  # type: ignore[no-untyped-def]
+    """New rows: bump each row's generation, mark it present, give it ``value``.
+
+    ``nodes`` is int64 scratch of ``rows``' length.  Returns how many rows were not present
+    before (int64).
+    """
+    fresh = 0
+    for j in range(rows.shape[0]):
+        r = rows[j]
+        gen[r] += 1
+        if not present[r]:
+            present[r] = True
+            fresh += 1
+        sums[p + r] = value
+        mins[p + r] = value
+        nodes[j] = p + r
+    _recompute_ancestors_cpu(sums, mins, p, nodes)
+    return fresh
+
+
+@njit_kernel
+def _update_rows_cpu(sums, mins, p, gen, rows, priorities, eps, alpha, stamps, check, nodes, maxp):  # type: ignore[no-untyped-def]
+    """Priority updates in order (a repeated row: the last wins), skipping stale stamps.
+
+    Row ``rows[j]`` gets leaf value ``(priorities[j] + eps) ** alpha``.  When ``check`` is
+    true, a row whose generation ``gen[r]`` differs from ``stamps[j]`` was overwritten after
+    it was sampled and is skipped.  ``maxp`` float64 (1,) is raised to the largest
+    ``priorities[j] + eps`` applied.  ``nodes`` is int64 scratch of ``rows``' length.  Leaves
+    are written first, in order, then the ancestors are recomputed level by level.  Returns
+    the number skipped (int64).
+    """
+    skipped = 0
+    top = maxp[0]
+    for j in range(rows.shape[0]):
+        r = rows[j]
+        if check and gen[r] != stamps[j]:
+            nodes[j] = 0
+            skipped += 1
+            continue
+        q = priorities[j] + eps
+        if q > top:
+            top = q
+        v = q**alpha
+        sums[p + r] = v
+        mins[p + r] = v
+        nodes[j] = p + r
+    _recompute_ancestors_cpu(sums, mins, p, nodes)
+    maxp[0] = top
+    return skipped
+
+
+@njit_kernel
+def _first_out_of_range_cpu(rows, n):  # type: ignore[no-untyped-def]
+    """Position of the first entry of ``rows`` outside ``[0, n)``, or -1."""
+    for j in range(rows.shape[0]):
+        if rows[j] < 0 or rows[j] >= n:
+            return j
+    return -1
+
+
+@njit_kernel
+def _first_bad_value_cpu(values):  # type: ignore[no-untyped-def]
+    """Position of the first NaN, infinite or negative entry of ``values``, or -1."""
+    for j in range(values.shape[0]):
+        v = values[j]
+        if not (v >= 0.0 and v < np.inf):
+            return j
+    return -1
+
+
+@njit_kernel
+def _first_absent_cpu(present, rows):  # type: ignore[no-untyped-def]
+    """Position of the first row in ``rows`` with ``present[row]`` false, or -1."""
+    for j in range(rows.shape[0]):
+        if not present[rows[j]]:
+            return j
+    return -1

@@ -1,0 +1,302 @@
+"""PrioritizedSampler: proportional prioritized sampling (Schaul et al., 2016) on a sum-tree.
+
+Rows are drawn with probability ``P(i) = p_i**alpha / sum_j p_j**alpha`` by stratified
+sampling (one uniform per equal-mass segment), with importance-sampling weights
+``w_i = (N P(i))**-beta / max_j w_j``; the maximum comes from the min-tree, as in the paper.
+
+Every sampled row carries a generation stamp.  A row's generation goes up each time it is
+(re)written (:meth:`PrioritizedSampler.note_added`), so a priority update computed for the
+old content of a row that has since been overwritten is recognised and skipped.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from numbatraj.data.index_batch import IndexBatch
+from numbatraj.errors import RowIndexError, SamplerError
+from numbatraj.samplers import _sumtree_kernels as K
+from numbatraj.samplers._args import (
+    check_count,
+    check_seed,
+    generator_state,
+    new_generator,
+    set_generator_state,
+)
+from numbatraj.samplers.sumtree import SumTree, check_rows, check_values
+
+__all__ = ["PrioritizedSampler"]
+
+
+def _check_real(name: str, value: Any, lo: float, lo_open: bool, hi: float | None = None) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise SamplerError(f"{name} must be a real number, got {value!r}") from None
+    bad = not math.isfinite(v) or v < lo or (lo_open and v == lo) or (hi is not None and v > hi)
+    if bad:
+        interval = f"{'(' if lo_open else '['}{lo:g}, {'inf)' if hi is None else f'{hi:g}]'}"
+        raise SamplerError(f"{name} must be in {interval}, got {value!r}")
+    return v
+
+
+class PrioritizedSampler:
+    """Rows drawn in proportion to ``priority**alpha``, with IS weights and stale-update guard.
+
+    Parameters
+    ----------
+    capacity : int
+        Number of rows (>= 1).
+    alpha : float
+        Prioritization exponent in ``[0, inf)``; 0 is uniform.
+    beta : float
+        IS-weight exponent in ``[0, inf)``; settable (:attr:`beta`) for annealing to 1.
+    eps : float
+        Added to every priority before the exponent (> 0), so no row's probability is 0.
+    seed : int
+        Seed of the sampler's own generator.
+
+    Notes
+    -----
+    A row enters with :meth:`note_added` (at the largest ``priority + eps`` seen so far,
+    initially 1) and leaves the population never; a row written again is noted again, which
+    bumps its generation.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        eps: float = 1e-6,
+        seed: int = 0,
+    ) -> None:
+        self._tree = SumTree(capacity)
+        self._capacity = self._tree.capacity
+        self._alpha = _check_real("alpha", alpha, 0.0, False)
+        self._beta = _check_real("beta", beta, 0.0, False)
+        self._eps = _check_real("eps", eps, 0.0, True)
+        self._seed = check_seed(seed)
+        self._gen = new_generator(self._seed)
+        self._stamps = np.zeros(self._capacity, dtype=np.int64)
+        self._present = np.zeros(self._capacity, dtype=np.bool_)
+        self._n_present = 0
+        self._max_priority = 1.0
+        self._no_stamps = np.zeros(0, dtype=np.int64)
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def capacity(self) -> int:
+        return self._capacity
+
+    @property
+    def alpha(self) -> float:
+        return self._alpha
+
+    @property
+    def beta(self) -> float:
+        """IS-weight exponent; assign to anneal it."""
+        return self._beta
+
+    @beta.setter
+    def beta(self, value: float) -> None:
+        self._beta = _check_real("beta", value, 0.0, False)
+
+    @property
+    def eps(self) -> float:
+        return self._eps
+
+    @property
+    def n_rows(self) -> int:
+        """How many distinct rows have been added."""
+        return self._n_present
+
+    @property
+    def max_priority(self) -> float:
+        """Largest ``priority + eps`` applied so far (new rows get it); starts at 1."""
+        return self._max_priority
+
+    @property
+    def tree(self) -> SumTree:
+        """The sum/min tree; leaf ``i`` holds ``(priority_i + eps) ** alpha``."""
+        return self._tree
+
+    def generation(self, rows: Any) -> np.ndarray:
+        """Current generation stamp of each row (int64, shape of ``rows``)."""
+        r = check_rows("rows", rows, self._capacity)
+        return self._stamps[r].copy()
+
+    # ------------------------------------------------------------------ writes
+    def note_added(self, indices: Any) -> None:
+        """Rows ``indices`` were (re)written: give them the max priority, bump generations.
+
+        Parameters
+        ----------
+        indices : int array (K,)
+            Rows in ``[0, capacity)``.
+        """
+        rows = check_rows("indices", indices, self._capacity)
+        value = self._max_priority**self._alpha
+        t = self._tree
+        self._n_present += int(
+            K._add_rows_cpu(
+                t.sums,
+                t.mins,
+                t.n_leaves_padded,
+                self._stamps,
+                self._present,
+                rows,
+                value,
+                np.empty(rows.shape[0], dtype=np.int64),
+            )
+        )
+
+    def update_priorities(self, indices: Any, priorities: Any, stamps: Any = None) -> int:
+        """Set new priorities (batched; a repeated row: the last one wins).
+
+        Parameters
+        ----------
+        indices : int array (K,) or IndexBatch
+            Rows to update.  An :class:`IndexBatch` from :meth:`sample` brings its stamps.
+        priorities : float array (K,)
+            New priorities, finite and >= 0 (for example ``|TD error|``).
+        stamps : int64 array (K,), optional
+            Generation stamps returned with the sample.  Rows rewritten since (their stamp is
+            stale) are skipped.  Without stamps every update is applied.
+
+        Returns
+        -------
+        int
+            How many updates were skipped as stale.
+        """
+        if isinstance(indices, IndexBatch):
+            if stamps is None:
+                stamps = indices.stamps
+            indices = indices.indices
+        rows = check_rows("indices", indices, self._capacity)
+        pr = check_values("priorities", priorities, rows.shape[0])
+        j = int(K._first_absent_cpu(self._present, rows))
+        if j >= 0:
+            raise RowIndexError(f"indices[{j}] = {rows[j]} was never added (call note_added first)")
+        check = stamps is not None
+        if check:
+            st = np.asarray(stamps)
+            if st.shape != rows.shape or (st.size and st.dtype.kind not in "iu"):
+                raise SamplerError(
+                    f"stamps must be integers of shape {rows.shape}, got {st.dtype} {st.shape}"
+                )
+            st = np.ascontiguousarray(st, dtype=np.int64)
+        else:
+            st = self._no_stamps
+        t = self._tree
+        maxp = np.array([self._max_priority])
+        skipped = int(
+            K._update_rows_cpu(
+                t.sums,
+                t.mins,
+                t.n_leaves_padded,
+                self._stamps,
+                rows,
+                pr,
+                self._eps,
+                self._alpha,
+                st,
+                check,
+                np.empty(rows.shape[0], dtype=np.int64),
+                maxp,
+            )
+        )
+        self._max_priority = float(maxp[0])
+        return skipped
+
+    # ------------------------------------------------------------------ sampling
+    def sample(self, batch_size: int) -> IndexBatch:
+        """Draw ``batch_size`` rows by stratified proportional sampling.
+
+        Returns
+        -------
+        IndexBatch
+            ``indices`` int64 ``(B,)``, ``weights`` float32 ``(B,)`` (max possible weight 1),
+            ``stamps`` int64 ``(B,)`` to pass back to :meth:`update_priorities`.
+        """
+        b = check_count("batch_size", batch_size)
+        t = self._tree
+        total = t.total
+        if self._n_present == 0 or not total > 0.0:
+            raise SamplerError("cannot sample: no row has been added (call note_added first)")
+        leaves = np.empty(b, dtype=np.int64)
+        weights = np.empty(b, dtype=np.float32)
+        stamps = np.empty(b, dtype=np.int64)
+        K._sample_prioritized_cpu(
+            t.sums,
+            t.mins,
+            t.n_leaves_padded,
+            self._stamps,
+            self._gen.random(b),
+            self._beta,
+            leaves,
+            weights,
+            stamps,
+            np.empty((2, b), dtype=np.float64),
+        )
+        return IndexBatch(leaves, weights=weights, stamps=stamps)
+
+    def probabilities(self) -> np.ndarray:
+        """``P(i)`` of every row (float64, ``(capacity,)``); 0 for rows never added."""
+        leaves = self._tree.leaves
+        return leaves / leaves.sum() if self._n_present else np.zeros_like(leaves)
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Leaves, generations, settings and generator state (arrays are copies)."""
+        t = self._tree
+        p = t.n_leaves_padded
+        return {
+            "kind": "PrioritizedSampler",
+            "capacity": self._capacity,
+            "alpha": self._alpha,
+            "beta": self._beta,
+            "eps": self._eps,
+            "seed": self._seed,
+            "max_priority": self._max_priority,
+            "leaves": t.sums[p : p + self._capacity].copy(),
+            "stamps": self._stamps.copy(),
+            "present": self._present.copy(),
+            "generator": generator_state(self._gen),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from :meth:`state_dict`; the tree is rebuilt from the leaves (same bits)."""
+        if state.get("kind") != "PrioritizedSampler":
+            raise SamplerError(f"state is for {state.get('kind')!r}, expected 'PrioritizedSampler'")
+        if int(state["capacity"]) != self._capacity:
+            raise SamplerError(
+                f"state has capacity {state['capacity']}, this sampler has {self._capacity}"
+            )
+        present = np.asarray(state["present"], dtype=np.bool_)
+        leaves = np.asarray(state["leaves"], dtype=np.float64)
+        stamps = np.asarray(state["stamps"], dtype=np.int64)
+        for name, a in (("present", present), ("leaves", leaves), ("stamps", stamps)):
+            if a.shape != (self._capacity,):
+                raise SamplerError(
+                    f"state {name} has shape {a.shape}, expected ({self._capacity},)"
+                )
+        self._alpha = _check_real("alpha", state["alpha"], 0.0, False)
+        self._beta = _check_real("beta", state["beta"], 0.0, False)
+        self._eps = _check_real("eps", state["eps"], 0.0, True)
+        self._seed = check_seed(state["seed"])
+        self._max_priority = _check_real("max_priority", state["max_priority"], 0.0, True)
+        self._tree.load_leaves(leaves, np.where(present, leaves, np.inf))
+        self._stamps[:] = stamps
+        self._present[:] = present
+        self._n_present = int(present.sum())
+        set_generator_state(self._gen, state["generator"])
+
+    def __repr__(self) -> str:
+        return (
+            f"PrioritizedSampler(capacity={self._capacity}, rows={self._n_present}, "
+            f"alpha={self._alpha:g}, beta={self._beta:g}, eps={self._eps:g})"
+        )

@@ -1,0 +1,112 @@
+"""UniformSampler: uniform rows on the host, over a fixed or growing population."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from numbatraj.data.index_batch import IndexBatch
+from numbatraj.errors import SamplerError
+from numbatraj.samplers import _philox
+from numbatraj.samplers._args import (
+    check_count,
+    check_seed,
+    generator_state,
+    new_generator,
+    set_generator_state,
+)
+
+__all__ = ["UniformSampler", "uniform_rows"]
+
+
+def uniform_rows(gen: np.random.Generator, lo: int, n: int, batch_size: int) -> np.ndarray:
+    """``batch_size`` uniform rows in ``[lo, lo + n)`` from ``gen``'s raw 64-bit output.
+
+    Each row is ``lo + floor(w * n / 2**64)`` for one raw word ``w`` (bias below
+    ``n / 2**64``).  Returns int64, shape ``(batch_size,)``; one allocation (the raw words,
+    reinterpreted in place).
+    """
+    raw = gen.bit_generator.random_raw(batch_size)
+    out = raw.view(np.int64)
+    _philox._bounded_rows_cpu(raw, np.int64(lo), np.int64(n), out)
+    return out
+
+
+class UniformSampler:
+    """Uniform rows in ``[0, n_rows)``, drawn on the host.
+
+    Parameters
+    ----------
+    n_rows : int
+        Population size (>= 0).  A replay buffer that grows sets :attr:`n_rows` (or passes
+        ``n_rows=`` to :meth:`sample`) as it fills.
+    seed : int
+        Seed of the sampler's own PCG64 generator; numpy's global state is never used.
+
+    Examples
+    --------
+    >>> s = UniformSampler(1000, seed=0)
+    >>> s.sample(4).indices.shape
+    (4,)
+    """
+
+    def __init__(self, n_rows: int, seed: int) -> None:
+        self._n = check_count("n_rows", n_rows, minimum=0)
+        self._seed = check_seed(seed)
+        self._gen = new_generator(self._seed)
+
+    @property
+    def n_rows(self) -> int:
+        """Current population size."""
+        return self._n
+
+    @n_rows.setter
+    def n_rows(self, value: int) -> None:
+        self._n = check_count("n_rows", value, minimum=0)
+
+    @property
+    def seed(self) -> int:
+        return self._seed
+
+    def sample(self, batch_size: int, n_rows: int | None = None) -> IndexBatch:
+        """Draw ``batch_size`` rows (with replacement).
+
+        Parameters
+        ----------
+        batch_size : int
+            Number of rows (>= 1).
+        n_rows : int, optional
+            Population size for this draw (and from now on); defaults to :attr:`n_rows`.
+
+        Returns
+        -------
+        IndexBatch
+            ``indices`` int64, shape ``(batch_size,)``, each in ``[0, n_rows)``.
+        """
+        b = check_count("batch_size", batch_size)
+        if n_rows is not None:
+            self.n_rows = n_rows
+        if self._n == 0:
+            raise SamplerError("cannot sample: the population is empty (n_rows = 0)")
+        return IndexBatch(uniform_rows(self._gen, 0, self._n, b))
+
+    def state_dict(self) -> dict[str, Any]:
+        """Population size, seed and generator state: enough to resume the stream exactly."""
+        return {
+            "kind": "UniformSampler",
+            "n_rows": self._n,
+            "seed": self._seed,
+            "generator": generator_state(self._gen),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from :meth:`state_dict`."""
+        if state.get("kind") != "UniformSampler":
+            raise SamplerError(f"state is for {state.get('kind')!r}, expected 'UniformSampler'")
+        self._n = check_count("n_rows", state["n_rows"], minimum=0)
+        self._seed = check_seed(state["seed"])
+        set_generator_state(self._gen, state["generator"])
+
+    def __repr__(self) -> str:
+        return f"UniformSampler(n_rows={self._n}, seed={self._seed})"
