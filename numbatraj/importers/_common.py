@@ -52,7 +52,7 @@ _DIGITS = re.compile(r"(\d+)")
 
 
 def natural_key(name: str) -> tuple[Any, ...]:
-    """Sort key comparing digit runs as integers: ``demo_9`` < ``demo_10``, ``dance2`` < ``dance10``."""
+    """Sort key comparing digit runs as integers: ``demo_9`` sorts before ``demo_10``."""
     parts: list[Any] = _DIGITS.split(name)
     parts[1::2] = [int(p) for p in parts[1::2]]
     return (*parts, name)
@@ -83,7 +83,9 @@ def _one_line(text: str) -> str:
     return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
-def scalar_attrs(attrs: Mapping[str, Any], prefix: str, *, skip: Sequence[str] = ()) -> dict[str, str]:
+def scalar_attrs(
+    attrs: Mapping[str, Any], prefix: str, *, skip: Sequence[str] = ()
+) -> dict[str, str]:
     """HDF5 attributes as manifest strings under ``prefix``; arrays longer than 64 are skipped.
 
     JSON strings are re-serialised compactly so that they fit on one manifest line.

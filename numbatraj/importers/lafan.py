@@ -139,10 +139,13 @@ def _angular_velocity(quat_xyzw: np.ndarray, fps: float) -> np.ndarray:
     return w
 
 
-def _list_clips(paths_or_dir: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[str]:
+PathArg = str | os.PathLike[str]
+
+
+def _list_clips(paths_or_dir: PathArg | Sequence[PathArg]) -> list[str]:
     items = [paths_or_dir] if isinstance(paths_or_dir, (str, os.PathLike)) else list(paths_or_dir)
     files: list[str] = []
-    for item in map(os.fspath, items):
+    for item in [os.fspath(i) for i in items]:
         if os.path.isdir(item):
             found = [f for f in os.listdir(item) if f.endswith(".csv")]
             if not found and os.path.isdir(os.path.join(item, "g1")):
@@ -199,13 +202,13 @@ def import_lafan_g1(
         raise ValueError(f"fps={fps}, expected a positive frame rate")
     names = [os.path.basename(f).removesuffix(".csv") for f in files]
     cols = [
-        ColumnSpec("root_pos", np.float64, (3,)),
-        ColumnSpec("root_quat", np.float64, (4,)),
-        ColumnSpec("joint_pos", np.float64, (len(G1_JOINT_NAMES),)),
-        ColumnSpec("root_lin_vel", np.float64, (3,)),
-        ColumnSpec("root_ang_vel", np.float64, (3,)),
-        ColumnSpec("joint_vel", np.float64, (len(G1_JOINT_NAMES),)),
-        ColumnSpec("clip_index", np.int64),
+        ColumnSpec("root_pos", np.dtype(np.float64), (3,)),
+        ColumnSpec("root_quat", np.dtype(np.float64), (4,)),
+        ColumnSpec("joint_pos", np.dtype(np.float64), (len(G1_JOINT_NAMES),)),
+        ColumnSpec("root_lin_vel", np.dtype(np.float64), (3,)),
+        ColumnSpec("root_ang_vel", np.dtype(np.float64), (3,)),
+        ColumnSpec("joint_vel", np.dtype(np.float64), (len(G1_JOINT_NAMES),)),
+        ColumnSpec("clip_index", np.dtype(np.int64)),
     ]
     attrs = source_attrs("lafan", os.path.dirname(os.path.abspath(files[0])), IMPORTER_VERSION)
     attrs.update({

@@ -263,24 +263,25 @@ def import_libero(
     hws = {t.image_hw for t in tasks}
     if images and len(hws) > 1:
         raise SourceFormatError(
-            f"{suite_dir}: tasks record images of different sizes {sorted(hws)}; "
+            f"{suite_dir}: tasks record images of different sizes {sorted(map(str, hws))}; "
             f"one store holds one image size"
         )
     n_tasks = len(tasks)
     width = max(t.state_dim for t in tasks)
     cols = [
-        ColumnSpec("state", np.float64, (width,)),
-        ColumnSpec("joint_states", np.float64, (7,)),
-        ColumnSpec("gripper_states", np.float64, (2,)),
-        ColumnSpec("qpos", np.float64, (18 + n_tasks,)),
-        ColumnSpec("action", np.float64, (7,)),
-        ColumnSpec("reward", np.float32),
-        ColumnSpec("done", np.uint8),
-        ColumnSpec("task_index", np.int64),
+        ColumnSpec("state", np.dtype(np.float64), (width,)),
+        ColumnSpec("joint_states", np.dtype(np.float64), (7,)),
+        ColumnSpec("gripper_states", np.dtype(np.float64), (2,)),
+        ColumnSpec("qpos", np.dtype(np.float64), (18 + n_tasks,)),
+        ColumnSpec("action", np.dtype(np.float64), (7,)),
+        ColumnSpec("reward", np.dtype(np.float32)),
+        ColumnSpec("done", np.dtype(np.uint8)),
+        ColumnSpec("task_index", np.dtype(np.int64)),
     ]
     if images:
         h, w = tasks[0].image_hw  # type: ignore[misc]
-        cols.append(ColumnSpec("images", np.uint8, (2, 3, h, w), compression=image_compression))
+        cols.append(ColumnSpec("images", np.dtype(np.uint8), (2, 3, h, w),
+                               compression=image_compression))
     attrs: dict[str, Any] = source_attrs("libero", suite_dir, IMPORTER_VERSION)
     attrs.update({
         "suite": suite,

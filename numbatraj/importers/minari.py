@@ -85,7 +85,7 @@ def _decode_jpeg(buf: np.ndarray, where: str) -> np.ndarray:
     try:
         img = Image.open(io.BytesIO(np.asarray(buf, np.uint8).tobytes()))
         if img.mode not in ("L", "RGB"):
-            img = img.convert("RGB")
+            return np.asarray(img.convert("RGB"))
         return np.asarray(img)
     except (OSError, ValueError, SyntaxError) as exc:  # PIL's errors for a bad image
         raise SourceFormatError(f"{where}: a frame is not a decodable JPEG ({exc})") from None
