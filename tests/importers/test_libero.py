@@ -225,3 +225,19 @@ def test_libero_progress_bar(tmp_path, rng, capsys):
     assert "libero libero_goal" in err and "/8 [" in err
     import_libero(suite, tmp_path / "q.h5", show_progress=False)
     assert capsys.readouterr().err == ""
+
+
+def test_libero_bytes_attributes_and_string_num_samples(tmp_path, rng):
+    """Attributes written as fixed-length bytes, num_samples as a string (seen in the wild)."""
+    suite = make_libero_suite(tmp_path, rng, tasks=list(LIBERO_TASKS)[:1])
+    path = next(suite.glob("*.hdf5"))
+    with h5py.File(path, "a") as f:
+        info = f["data"].attrs["problem_info"]
+        f["data"].attrs["problem_info"] = np.bytes_(info.encode())
+        f["data/demo_1"].attrs["num_samples"] = "8"
+    out = tmp_path / "b.h5"
+    import_libero(suite, out)
+    expected, lengths, langs = expected_libero(suite)
+    assert_store_matches(out, expected, lengths)
+    with TrajectoryStore(out) as s:
+        assert s.manifest["attr.task.0.language"] == "open the middle layer of the drawer"

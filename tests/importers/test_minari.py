@@ -147,3 +147,24 @@ def test_example_script_runs(monkeypatch, capsys):
     runpy.run_path(str(script), run_name="__main__")
     out = capsys.readouterr().out
     assert ": ok (" in out and "columns:" in out
+
+
+def test_minari_equal_length_jpegs_packed_2d(tmp_path, rng):
+    """Minari stores JPEGs that happen to share one length as a 2-D uint8 array."""
+    d = make_minari(tmp_path, rng, kind="image")
+    frame = np.full((32, 32, 3), 77, np.uint8)
+    buf = io.BytesIO()
+    Image.fromarray(frame).save(buf, format="JPEG")
+    jpeg = np.frombuffer(buf.getvalue(), np.uint8)
+    with h5py.File(d / "data" / "main_data.hdf5", "a") as f:
+        for ep in ("episode_0", "episode_1"):
+            n = len(f[ep]["actions"])
+            del f[ep]["observations"]
+            f[ep]["observations"] = np.tile(jpeg, (n + 1, 1))
+    out = tmp_path / "o.h5"
+    import_minari(d, out)
+    decoded = np.array(Image.open(io.BytesIO(jpeg.tobytes())))
+    with TrajectoryStore(out) as s:
+        obs = s.load_column("obs")
+        assert obs.shape == (7, 32, 32, 3)
+        assert all(np.array_equal(o, decoded) for o in obs)
