@@ -2,19 +2,41 @@
 
 Writes a walker-shaped store (26 float32 per row, a few hundred thousand rows in a few
 episodes) under build/demo/, reopens it, validates it, and prints what `numbatraj info`
-prints.  ``--small`` runs the same on fewer rows (CI runs it that way).
+prints.  Then builds a 1 M-row store and prints the disk-versus-resident table: one
+4096-row minibatch assembled from disk (a read per row, 64-row groups, one slab; page cache
+warm and cold) and gathered from the resident column, with ratios.  ``--small`` runs the same
+on fewer rows and rounds (CI runs it that way).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 
 import numpy as np
 
 from numbatraj import ColumnSpec, TrajectoryStore, TrajectoryStoreWriter, validate_store
 from numbatraj.cli import format_info
+from numbatraj.data import ResidentColumn
+from numbatraj.io.hdf5 import open_h5_read
+
+# The read patterns and the table live in bench/report.py, shared with the benchmark.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench.report import (  # noqa: E402
+    BATCH,
+    GROUP,
+    PATTERNS,
+    drop_page_cache,
+    machine,
+    markdown_table,
+    read_groups,
+    read_per_row,
+    read_slab,
+    time_rounds,
+    warm_page_cache,
+)
 
 
 def write_walker_store(path: str, n_rows: int, n_episodes: int, seed: int = 0) -> float:
@@ -67,6 +89,84 @@ def main() -> None:
         raise SystemExit(1)
     print()
     print(format_info(path))
+    print()
+    residency_table(args.out, small=args.small)
+
+
+def residency_table(out_dir: str, small: bool) -> None:
+    """Write a 1 M-row walker store (100 k with ``small``) and print the disk-vs-resident table."""
+    n_rows = 100_000 if small else 1_000_000
+    path = os.path.join(out_dir, "walker_1m.h5")
+    secs = write_walker_store(path, n_rows, 10)
+    print(f"wrote {path}: {n_rows:,} rows ({n_rows * 104 / 1e6:.0f} MB of state) in {secs:.2f} s")
+    t0 = time.perf_counter()
+    with TrajectoryStore(path) as store:
+        col = ResidentColumn.load(store, "state")
+        storage = store.storage("state")
+    print(f"loaded 'state' resident in {(time.perf_counter() - t0) * 1e3:.0f} ms")
+    rng = np.random.default_rng(1)
+    out = np.empty((BATCH, 26), np.float32)
+    cache = 16 << 20
+    f = [open_h5_read(path, chunk_cache_bytes=cache)]
+    can_cold = hasattr(os, "posix_fadvise")
+
+    def reopen(cold: bool) -> None:
+        f[0].close()
+        if cold:
+            drop_page_cache(path)
+        f[0] = open_h5_read(path, chunk_cache_bytes=cache)
+
+    state: dict[str, object] = {}
+
+    def setup(pattern: str, cold: bool):  # type: ignore[no-untyped-def]
+        def run() -> None:
+            if cold:
+                reopen(True)
+            if pattern == "per_row":
+                state["arg"] = rng.integers(0, n_rows, BATCH)
+            elif pattern == "groups":
+                state["arg"] = rng.integers(0, n_rows - GROUP, BATCH // GROUP)
+            else:
+                state["arg"] = int(rng.integers(0, n_rows - BATCH))
+        return run
+
+    fns = {
+        "per_row": lambda: read_per_row(f[0]["state"], state["arg"], out),
+        "groups": lambda: read_groups(f[0]["state"], state["arg"], out),
+        "slab": lambda: read_slab(f[0]["state"], state["arg"], out),
+    }
+    rounds = {"per_row": 3, "groups": 20, "slab": 50}
+    if small:
+        rounds = {"per_row": 1, "groups": 5, "slab": 20}
+    seconds: dict[str, dict[str, float]] = {k: {} for k in PATTERNS}
+    for pattern, fn in fns.items():
+        for cold in (False, True) if can_cold and not small else (False,):
+            if not cold:
+                warm_page_cache(path)  # the previous pattern's cold rounds evicted it
+            seconds[pattern]["cold" if cold else "warm"] = time_rounds(
+                fn, setup(pattern, cold), max(1, rounds[pattern] // (2 if cold else 1))
+            )
+        if can_cold and not small:
+            reopen(False)
+    warm_page_cache(path)
+    col.gather(rng.integers(0, n_rows, BATCH), out)  # compile or load the cached kernel
+    seconds["resident"]["warm"] = time_rounds(
+        lambda: col.gather(state["arg"], out),
+        lambda: state.__setitem__("arg", rng.integers(0, n_rows, BATCH)),
+        50 if small else 300,
+    )
+    f[0].close()
+    res = {
+        "meta": {
+            "rows": n_rows, "row": "26 float32", "nbytes": n_rows * 104,
+            "chunk_rows": storage["chunks"][0], "chunk_bytes": storage["chunks"][0] * 104,
+            "chunk_cache_bytes": cache, "compression": storage["compression"],
+            "machine": machine(),
+            "cold_note": "" if can_cold and not small else "Cold page cache not measured here.",
+        },
+        "seconds": seconds,
+    }
+    print(markdown_table(res))
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ _MAX_BLOCKS = 1024
 @cuda.jit
 def _first_outside_cuda(idx, lo, hi, first):  # type: ignore[no-untyped-def]
     """``first[0] = min(first[0], k)`` over every ``k`` with ``idx[k]`` outside ``[lo, hi)``."""
-    start = cuda.grid(1)
+    start = cuda.grid(1)  # type: ignore[call-arg,var-annotated]  # (stub lacks defaults)
     stride = cuda.gridsize(1)
     for k in range(start, idx.shape[0], stride):
         v = idx[k]
@@ -41,7 +41,7 @@ def _first_outside_cuda(idx, lo, hi, first):  # type: ignore[no-untyped-def]
 @cuda.jit
 def _gather_rows_cuda(src, idx, base, out):  # type: ignore[no-untyped-def]
     """``out[i, j] = src[idx[i] - base, j]``, one output word per thread (grid-stride)."""
-    start = cuda.grid(1)
+    start = cuda.grid(1)  # type: ignore[call-arg,var-annotated]  # (stub lacks defaults)
     stride = cuda.gridsize(1)
     w = out.shape[1]
     total = out.shape[0] * w

@@ -1,9 +1,10 @@
 """Host kernels of the row gather: ``out[i, :] = src[idx[i] - base, :]``.
 
-Rows are gathered as raw machine words, not as typed values: the wrapper views every column
-as a 2-D array of the widest unsigned word that divides the row's byte length (uint64,
-uint32, uint16 or uint8), so one kernel per word type serves every dtype and row shape, NaN
-payloads survive bit for bit, and only four specializations are ever compiled.
+Rows are gathered as raw machine words, not as typed values: the wrapper
+(:mod:`numbatraj.data.resident`) views every column as a 2-D array of the widest unsigned word
+that divides the row's byte length (uint64, uint32, uint16 or uint8), so one kernel per word
+type serves every dtype and row shape, NaN payloads survive bit for bit, and only four
+specializations are ever compiled.
 
 Kernels take arrays and scalars only, assume valid input (indices already checked by
 :func:`first_outside_cpu`), never allocate and never raise.  They compile lazily on first
@@ -12,34 +13,14 @@ call with ``cache=True`` (see :mod:`numbatraj._jit`).
 
 from __future__ import annotations
 
-import numpy as np
 from numba import prange
 
 from numbatraj._jit import njit_kernel, njit_parallel
 
-__all__ = [
-    "CHECK_BLOCK",
-    "SERIAL_MAX_BYTES",
-    "first_outside_cpu",
-    "gather_rows_cpu",
-    "gather_rows_serial_cpu",
-    "word_dtype",
-]
+__all__ = ["CHECK_BLOCK", "first_outside_cpu", "gather_rows_cpu", "gather_rows_serial_cpu"]
 
 #: Indices checked per block before the early-exit scan (the block test vectorizes).
 CHECK_BLOCK = 256
-
-#: Batches moving at most this many bytes use the serial kernel: below it the parallel
-#: region's fork/join costs more than it saves (measured, see docs/residency.md).
-SERIAL_MAX_BYTES = 32 << 10
-
-
-def word_dtype(row_bytes: int) -> np.dtype:
-    """The widest unsigned word (8, 4, 2 or 1 bytes) that divides ``row_bytes``."""
-    for size, dt in ((8, np.uint64), (4, np.uint32), (2, np.uint16)):
-        if row_bytes % size == 0:
-            return np.dtype(dt)
-    return np.dtype(np.uint8)
 
 
 @njit_kernel

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from numbatraj.data import _gather_kernels as _k
 from numbatraj.data.index_batch import IndexBatch, _on_device
 from numbatraj.errors import RowIndexError, SchemaError
 
@@ -22,6 +21,29 @@ if TYPE_CHECKING:
 __all__ = ["ResidentColumn"]
 
 _INT64_MAX = np.iinfo(np.int64).max
+
+#: Batches moving at most this many bytes use the serial kernel: below it the parallel
+#: region's fork/join costs more than it saves (measured, see docs/residency.md).
+SERIAL_MAX_BYTES = 32 << 10
+
+
+def word_dtype(row_bytes: int) -> np.dtype:
+    """The widest unsigned word (8, 4, 2 or 1 bytes) that divides ``row_bytes``.
+
+    Rows are gathered as raw words, so one kernel per word type serves every dtype and row
+    shape, and NaN payloads survive bit for bit.
+    """
+    for size, dt in ((8, np.uint64), (4, np.uint32), (2, np.uint16)):
+        if row_bytes % size == 0:
+            return np.dtype(dt)
+    return np.dtype(np.uint8)
+
+
+def _kernels() -> Any:
+    """The host kernel module, imported on first gather so ``import numbatraj`` stays light."""
+    from numbatraj.data import _gather_kernels
+
+    return _gather_kernels
 
 
 # ---------------------------------------------------------------------- shared host helpers
@@ -101,22 +123,23 @@ def gather_words(
     """
     if idx.shape[0] == 0:
         return
-    pos = int(_k.first_outside_cpu(idx, lo, hi))
+    k = _kernels()
+    pos = int(k.first_outside_cpu(idx, lo, hi))
     if pos >= 0:
         raise_outside(what, shape, pos, int(idx[pos]), lo, hi, hint)
     if words.shape[1] == 0:
         return
-    if out_words.nbytes <= _k.SERIAL_MAX_BYTES:
-        _k.gather_rows_serial_cpu(words, idx, base, out_words)
+    if out_words.nbytes <= SERIAL_MAX_BYTES:
+        k.gather_rows_serial_cpu(words, idx, base, out_words)
     else:
-        _k.gather_rows_cpu(words, idx, base, out_words)
+        k.gather_rows_cpu(words, idx, base, out_words)
 
 
 def as_words(a: np.ndarray, n_rows: int, row_bytes: int) -> np.ndarray:
     """C-contiguous ``a`` viewed as ``(n_rows, row_bytes // word)`` unsigned words."""
     if not row_bytes:
         return np.empty((n_rows, 0), np.uint8)
-    return a.reshape(n_rows, row_bytes // a.dtype.itemsize).view(_k.word_dtype(row_bytes))
+    return a.reshape(n_rows, row_bytes // a.dtype.itemsize).view(word_dtype(row_bytes))
 
 
 def check_column_array(data: Any, what: str) -> np.ndarray:
@@ -191,7 +214,7 @@ def device_gather(
         value = int(flat[pos : pos + 1].copy_to_host()[0])
         raise_outside(what, shape, pos, value, lo, hi, hint)
     if row_bytes:
-        out_w = out.reshape(n, row_bytes // dtype.itemsize).view(_k.word_dtype(row_bytes))
+        out_w = out.reshape(n, row_bytes // dtype.itemsize).view(word_dtype(row_bytes))
         _g.gather_rows(dev_words, flat, base, out_w, stream)
     return out
 

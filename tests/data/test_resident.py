@@ -21,6 +21,7 @@ from numbatraj import (
 )
 from numbatraj.data import ResidentColumn
 from numbatraj.data import _gather_kernels as K
+from numbatraj.data import resident as R
 from numbatraj.errors import DeviceUnavailableError
 from tests.reference import first_outside_ref, gather_rows_ref
 
@@ -75,7 +76,7 @@ def test_parallel_path_and_out_reuse(rng, dtype):
     col = ResidentColumn(data)
     b = 64 if dtype == np.uint8 else 4096
     out = np.empty((b, *shape), dtype)
-    assert out.nbytes > K.SERIAL_MAX_BYTES
+    assert out.nbytes > R.SERIAL_MAX_BYTES
     for _ in range(3):
         idx = rng.integers(0, len(data), b)
         res = col.gather(idx, out=out)
@@ -255,7 +256,7 @@ def test_gather_property(n, shape, dtype, raw_idx):
 
 
 def test_word_dtype():
-    assert [K.word_dtype(b).itemsize for b in (104, 21168, 12, 6, 3, 1)] == [8, 8, 4, 2, 1, 1]
+    assert [R.word_dtype(b).itemsize for b in (104, 21168, 12, 6, 3, 1)] == [8, 8, 4, 2, 1, 1]
 
 
 def test_import_is_lazy_about_cuda_and_first_gather_works():
@@ -266,8 +267,10 @@ def test_import_is_lazy_about_cuda_and_first_gather_works():
         "assert c.gather([9, 0]).tolist() == [[18, 19], [0, 1]]\n"
         "assert 'numba.cuda' not in sys.modules, 'numba.cuda imported by the host path'\n"
     )
+    light = "import sys, numbatraj\nassert 'numbatraj.data._gather_kernels' not in sys.modules\n"
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
+    subprocess.run([sys.executable, "-c", light], check=True, env=env, timeout=120)
 
 
 def test_device_request_without_a_device_raises_clearly():
