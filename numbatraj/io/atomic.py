@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import queue
+import threading
 from types import TracebackType
 from typing import Self
 
@@ -64,6 +66,10 @@ class PartFile:
         Bytes between flushes to disk (and page-cache drops on Linux); 0 disables them.
     keep_existing : bool
         Resume an existing part file (True) or start from empty (False).
+    background : bool
+        Hash and write on a helper thread (both release the GIL), so a caller receiving from
+        a socket overlaps with them.  :attr:`size` then counts accepted bytes; every other
+        method first waits until they are on disk, and re-raises a write error.
     """
 
     def __init__(
@@ -72,6 +78,7 @@ class PartFile:
         *,
         sync_every: int = SYNC_EVERY_BYTES,
         keep_existing: bool = True,
+        background: bool = False,
     ) -> None:
         self.dest = os.fspath(dest)
         self.path = part_path(self.dest)
@@ -83,11 +90,41 @@ class PartFile:
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self._hasher, self._size = sha256_prefix(self.path)
         self._synced = self._size
+        self._accepted = self._size
+        self._queue: queue.Queue[bytes | None] | None = None
+        self._error: BaseException | None = None
+        self._worker: threading.Thread | None = None
+        if background:
+            self._queue = queue.Queue(maxsize=16)
+            self._worker = threading.Thread(target=self._drain_loop, daemon=True)
+            self._worker.start()
+
+    def _drain_loop(self) -> None:
+        assert self._queue is not None
+        while True:
+            item = self._queue.get()
+            try:
+                if item is None:
+                    return
+                if self._error is None:
+                    self._write_now(item)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                self._error = exc
+            finally:
+                self._queue.task_done()
+
+    def _wait(self) -> None:
+        """Block until every accepted byte is written; re-raise a helper-thread error."""
+        if self._queue is not None:
+            self._queue.join()
+        if self._error is not None:
+            err, self._error = self._error, None
+            raise err
 
     @property
     def size(self) -> int:
-        """Bytes in the part file."""
-        return self._size
+        """Bytes in the part file (with ``background``, including those still queued)."""
+        return self._accepted
 
     @property
     def closed(self) -> bool:
@@ -96,6 +133,7 @@ class PartFile:
 
     def hexdigest(self) -> str:
         """SHA-256 of the bytes written so far (the whole part file)."""
+        self._wait()
         return self._hasher.hexdigest()
 
     def _require_open(self) -> int:
@@ -103,9 +141,20 @@ class PartFile:
             raise ValueError(f"part file {self.path} is already closed")
         return self._fd
 
-    def write(self, data: bytes | bytearray | memoryview) -> None:
+    def write(self, data: bytes) -> None:
         """Append ``data`` and feed it to the running digest."""
-        fd = self._require_open()
+        self._require_open()
+        if self._queue is not None:
+            if self._error is not None:
+                self._wait()
+            self._queue.put(bytes(data))
+            self._accepted += len(data)
+            return
+        self._accepted += len(data)
+        self._write_now(data)
+
+    def _write_now(self, data: bytes) -> None:
+        fd = self._fd
         view = memoryview(data)
         self._hasher.update(view)
         while view:
@@ -125,6 +174,8 @@ class PartFile:
     def truncate(self) -> None:
         """Drop every byte (a transfer restarting from zero)."""
         fd = self._require_open()
+        self._wait()
+        self._accepted = 0
         os.ftruncate(fd, 0)
         self._hasher = hashlib.sha256()
         self._size = 0
@@ -133,6 +184,8 @@ class PartFile:
     def commit(self) -> str:
         """Flush, fsync and rename the part file to ``dest``; returns ``dest``."""
         fd = self._require_open()
+        self._wait()
+        self._stop_worker()
         os.fsync(fd)
         if _HAS_FADVISE and self._size > self._synced:
             os.posix_fadvise(fd, self._synced, self._size - self._synced, os.POSIX_FADV_DONTNEED)
@@ -150,9 +203,19 @@ class PartFile:
         except FileNotFoundError:
             pass
 
+    def _stop_worker(self) -> None:
+        if self._worker is not None and self._queue is not None:
+            self._queue.put(None)
+            self._worker.join()
+            self._worker = None
+
     def close(self) -> None:
         """Close, keeping the part file for a later resume."""
         if self._fd >= 0:
+            try:
+                self._wait()
+            finally:
+                self._stop_worker()
             os.close(self._fd)
             self._fd = -1
 
@@ -169,4 +232,4 @@ class PartFile:
 
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
-        return f"PartFile({self.path!r}, {self._size} bytes, {state})"
+        return f"PartFile({self.path!r}, {self._accepted} bytes, {state})"

@@ -226,7 +226,7 @@ def fetch(
     own_session = session is None
     sess = session if session is not None else requests.Session()
     try:
-        with PartFile(dest, sync_every=sync_every) as part:
+        with PartFile(dest, sync_every=sync_every, background=True) as part:
             t = _Transfer(url, part, sha256, size, headers, sess, connect_timeout, chunk_size)
             return t.run(retries, min_rate, rate_window, max_wait, backoff, bool(progress))
     finally:
