@@ -67,6 +67,9 @@ def mulhi64_py(a, b):  # type: ignore[no-untyped-def]
     al = a & M32
     bh = b >> SH32
     bl = b & M32
+    if bh == 0:
+        # b < 2**32 (every realistic row count): two products, exact, none overflows
+        return (ah * bl + ((al * bl) >> SH32)) >> SH32
     ll = al * bl
     lh = al * bh
     hl = ah * bl
@@ -120,7 +123,7 @@ def _philox_rows_cpu(state, out, k0, k1):  # type: ignore[no-untyped-def]
 def _bounded_rows_cpu(raw, lo, n, out):  # type: ignore[no-untyped-def]
     """``out[i] = lo + mulhi64(raw[i], n)``: rows in ``[lo, lo + n)`` from 64 random bits.
 
-    ``raw`` uint64 (B,), ``out`` int64 (B,); ``out`` may alias ``raw`` (a view).
+    ``raw`` uint64 (B,), ``out`` int64 (B,).
     """
     nn = np.uint64(n)
     for i in range(raw.shape[0]):

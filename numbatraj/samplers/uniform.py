@@ -24,11 +24,11 @@ def uniform_rows(gen: np.random.Generator, lo: int, n: int, batch_size: int) -> 
     """``batch_size`` uniform rows in ``[lo, lo + n)`` from ``gen``'s raw 64-bit output.
 
     Each row is ``lo + floor(w * n / 2**64)`` for one raw word ``w`` (bias below
-    ``n / 2**64``).  Returns int64, shape ``(batch_size,)``; one allocation (the raw words,
-    reinterpreted in place).
+    ``n / 2**64``).  Returns int64, shape ``(batch_size,)``.  The output is a separate array,
+    not the raw words reinterpreted in place: aliasing stops the loop from vectorising.
     """
     raw = gen.bit_generator.random_raw(batch_size)
-    out = raw.view(np.int64)
+    out = np.empty(batch_size, dtype=np.int64)
     _philox._bounded_rows_cpu(raw, np.int64(lo), np.int64(n), out)
     return out
 
