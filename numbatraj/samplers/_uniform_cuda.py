@@ -44,7 +44,7 @@ philox_index_dev = cuda.jit(device=True)(
 @cuda.jit
 def _philox_blocks_cuda(counters, keys, out):  # type: ignore[no-untyped-def]
     """Device twin of ``_philox._philox_blocks_cpu``: one thread per counter block."""
-    i = cuda.grid(1)
+    i = cuda.grid(1)  # type: ignore[call-arg,var-annotated]  # (stub lacks defaults)
     if i < counters.shape[0]:
         y0, y1, y2, y3 = philox4x32_dev(
             counters[i, 0], counters[i, 1], counters[i, 2], counters[i, 3], keys[i, 0], keys[i, 1]
@@ -64,7 +64,7 @@ def _philox_rows_cuda(state, out, k0, k1):  # type: ignore[no-untyped-def]
     block to finish resets ``blocks_done`` and increments ``draw``.  No host argument changes
     between calls, so a captured launch (CUDA graph) draws fresh indices on every replay.
     """
-    i = cuda.grid(1)
+    i = cuda.grid(1)  # type: ignore[call-arg,var-annotated]  # (stub lacks defaults)
     d = state[0]
     n = state[2]
     if i < out.shape[0]:

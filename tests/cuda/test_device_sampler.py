@@ -57,3 +57,24 @@ def test_device_state_dict_round_trip():
     again = UniformDeviceSampler(3, 40, seed=0)
     again.load_state_dict(state)
     np.testing.assert_array_equal(again.sample().indices.copy_to_host(), nxt)
+
+
+def test_launch_arguments_never_change_between_calls():
+    """What makes the launch capturable in a CUDA graph: every call launches the same kernel
+    with the very same argument objects, yet the indices change (the counter is on the
+    device)."""
+    dev = UniformDeviceSampler(100, 32, seed=5)
+    launch = dev._launch
+    calls = []
+
+    def recording(*args):
+        calls.append(args)
+        return launch(*args)
+
+    dev._launch = recording
+    outs = [dev.sample().indices.copy_to_host() for _ in range(3)]
+    assert len(calls) == 3
+    for args in calls[1:]:
+        assert len(args) == len(calls[0])
+        assert all(a is b for a, b in zip(args, calls[0]))
+    assert not np.array_equal(outs[0], outs[1]) and not np.array_equal(outs[1], outs[2])
