@@ -70,9 +70,10 @@ def test_prioritized_flashbax(benchmark, ratios, td_errors):
     fbx = pytest.importorskip("flashbax")
     jax = pytest.importorskip("jax")
     buf = fbx.make_prioritised_flat_buffer(
-        max_length=CAPACITY, min_length=1, sample_batch_size=BATCH, add_batches=False
+        max_length=CAPACITY, min_length=1, sample_batch_size=BATCH, add_sequences=True
     )
     state = buf.init({"obs": jax.numpy.zeros((1,), dtype=jax.numpy.float32)})
+    # one sequence of CAPACITY transitions fills the buffer
     state = buf.add(state, {"obs": jax.numpy.zeros((CAPACITY, 1), dtype=jax.numpy.float32)})
     sample, update = jax.jit(buf.sample), jax.jit(buf.set_priorities)
     key = jax.random.PRNGKey(0)
