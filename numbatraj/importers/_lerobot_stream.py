@@ -10,6 +10,7 @@ dataset: the working set is one data file's numbers and one decoded frame per ca
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -134,6 +135,7 @@ class CameraStreams:
         self._h, self._w = int(height), int(width)
         self._cursors: list[FrameCursor | None] = [None] * len(plan.cameras)
         self._ep: EpisodePlan | None = None
+        self._pool: ThreadPoolExecutor | None = None
 
     def start_episode(self, ep: EpisodePlan) -> None:
         """Point every camera at ``ep``'s video file, opening the next file when it changes."""
@@ -146,13 +148,13 @@ class CameraStreams:
                 self._cursors[c] = FrameCursor(seg.path, self._plan.fps)
         self._ep = ep
 
-    def read(self, j: int, out: np.ndarray) -> None:
-        """Frame ``j`` of the current episode from every camera into ``out`` (n_cam, 3, H, W)."""
+    def _read_camera(self, c: int, lo: int, hi: int, out: np.ndarray) -> None:
         ep = self._ep
         assert ep is not None
-        for c, seg in enumerate(ep.segments):
-            cur = self._cursors[c]
-            assert cur is not None
+        seg = ep.segments[c]
+        cur = self._cursors[c]
+        assert cur is not None
+        for j in range(lo, hi):
             try:
                 frame = cur.frame(seg.first + j)
             except IntegrityError as exc:
@@ -162,10 +164,43 @@ class CameraStreams:
                     f"has a gap"
                 ) from exc
             rgb = frame_to_rgb(frame, self._h, self._w)
-            np.copyto(out[c], rgb.transpose(2, 0, 1))
+            np.copyto(out[j - lo, c], rgb.transpose(2, 0, 1))
+
+    def read(self, lo: int, hi: int, out: np.ndarray) -> None:
+        """Frames ``lo..hi-1`` of the current episode from every camera into ``out[: hi - lo]``
+        (rows of shape (n_cam, 3, H, W)).
+
+        Cameras after the first are decoded on worker threads (one per camera, each touching
+        only its own decoder and its own slice of ``out``); PyAV releases the GIL while it
+        decodes and converts, so the cameras proceed in parallel.
+        """
+        n = len(self._cursors)
+        if self._pool is None and n > 1:
+            self._pool = ThreadPoolExecutor(max_workers=n - 1, thread_name_prefix="numbatraj-cam")
+        futures = [
+            self._pool.submit(self._read_camera, c, lo, hi, out)
+            for c in range(1, n)
+            if self._pool is not None
+        ]
+        first: BaseException | None = None
+        try:
+            if n:
+                self._read_camera(0, lo, hi, out)
+        except BaseException as exc:
+            first = exc
+        for fut in futures:  # always wait: no worker may outlive this call
+            try:
+                fut.result()
+            except BaseException as exc:
+                first = first or exc
+        if first is not None:
+            raise first
 
     def close(self) -> None:
-        """Close every decoder."""
+        """Close every decoder and the worker threads."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         for c, cur in enumerate(self._cursors):
             if cur is not None:
                 cur.close()

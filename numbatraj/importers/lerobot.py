@@ -31,6 +31,7 @@ from numbatraj.data.column import ColumnSpec
 from numbatraj.data.writer import TrajectoryStoreWriter
 from numbatraj.errors import EpisodeError, SchemaError
 from numbatraj.importers._lerobot_meta import DatasetPlan, LeRobotFormatError, load_plan
+from numbatraj.importers._lerobot_pipeline import PipelinedAppender
 from numbatraj.importers._lerobot_stream import CameraStreams, DataRows
 from numbatraj.io.diskspace import require_free_space
 
@@ -113,30 +114,27 @@ def _write_rows(
     plan: DatasetPlan, writer: TrajectoryStoreWriter, height: int, width: int, bar: Any
 ) -> None:
     n_cam = len(plan.cameras)
-    row_bytes = max(1, n_cam * 3 * height * width)
-    batch = max(1, min(1024, _BATCH_BYTES // row_bytes))
-    images = np.empty((batch, n_cam, 3, height, width), dtype=np.uint8)
+    row_shape = (n_cam, 3, height, width)
+    batch = max(1, min(1024, _BATCH_BYTES // max(1, n_cam * 3 * height * width)))
     data = DataRows(plan)
     cams = CameraStreams(plan, height, width)
     try:
-        for ep in plan.kept:
-            qpos, action, task = data.episode(ep)
-            cams.start_episode(ep)
-            for lo in range(0, ep.length, batch):
-                hi = min(ep.length, lo + batch)
-                for j in range(lo, hi):
-                    cams.read(j, images[j - lo])
-                writer.append_rows(
-                    {
-                        "qpos": qpos[lo:hi],
-                        "action": action[lo:hi],
-                        "task_index": task[lo:hi],
-                        "images": images[: hi - lo],
-                    }
-                )
-                if bar is not None:
-                    bar.update(hi - lo)
-            writer.end_episode()
+        with PipelinedAppender(writer, "images", row_shape, np.dtype(np.uint8), batch) as pipe:
+            for ep in plan.kept:
+                qpos, action, task = data.episode(ep)
+                cams.start_episode(ep)
+                for lo in range(0, ep.length, batch):
+                    hi = min(ep.length, lo + batch)
+                    images = pipe.buffer()
+                    cams.read(lo, hi, images)
+                    pipe.append(
+                        {"qpos": qpos[lo:hi], "action": action[lo:hi], "task_index": task[lo:hi]},
+                        images,
+                    )
+                    if bar is not None:
+                        bar.update(hi - lo)
+                pipe.end_episode()
+            pipe.finish()
     finally:
         cams.close()
 

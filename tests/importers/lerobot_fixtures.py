@@ -59,7 +59,9 @@ class CameraSpec:
     ``files`` lists, per video file, the episodes it holds in the order they are encoded;
     ``keys`` the ``(chunk, file)`` of each.  ``gap`` padding frames go before every episode
     after the first in a file (``lead`` before the first).  ``drop`` lists
-    ``(file position, frame number in file)`` frames left out of the encode.
+    ``(file position, frame number in file)`` frames left out of the encode.  ``texture``
+    fills the lower half of each frame with moving noise (realistic decode cost for
+    benchmarks; :func:`read_code` then no longer applies).
     """
 
     name: str
@@ -71,6 +73,7 @@ class CameraSpec:
     gap: int = 0
     lead: int = 0
     drop: list[tuple[int, int]] = field(default_factory=list)
+    texture: bool = False
 
 
 @dataclass
@@ -205,18 +208,26 @@ def _encode(
             container.mux(packet)
 
 
+def _frame(cam_id: int, ep: int, j: int, cam: CameraSpec) -> np.ndarray:
+    img = frame_code(cam_id, ep, j, cam.height, cam.width)
+    if cam.texture:
+        h = cam.height // 2
+        yy, xx = np.mgrid[0:h, 0 : cam.width]
+        wave = 96 + 64 * np.sin((xx + 3 * j) / 9.0) * np.cos((yy - 2 * j + 7 * ep) / 13.0)
+        noise = np.random.default_rng((cam_id, ep, j)).integers(-8, 9, (h, cam.width, 1))
+        img[h:] = np.clip(wave[..., None] + noise + [0, 20, 40], 0, 255).astype(np.uint8)
+    return img
+
+
 def _write_videos(root: str, spec: DatasetSpec, ep_rows: dict[int, dict[str, Any]]) -> None:
     for cam_id, cam in enumerate(spec.cameras):
         for pos, (eps, key) in enumerate(zip(cam.files, cam.keys)):
             frames: list[np.ndarray] = []
             for n, ep in enumerate(eps):
                 pad = cam.lead if n == 0 else cam.gap
-                frames += [frame_code(cam_id, PAD_EPISODE, 0, cam.height, cam.width)] * pad
+                frames += [_frame(cam_id, PAD_EPISODE, 0, cam)] * pad
                 t0 = len(frames) / spec.fps
-                frames += [
-                    frame_code(cam_id, ep, j, cam.height, cam.width)
-                    for j in range(spec.lengths[ep])
-                ]
+                frames += [_frame(cam_id, ep, j, cam) for j in range(spec.lengths[ep])]
                 ep_rows[ep].update(
                     {
                         S.video_column(cam.name, "chunk_index"): key[0],
