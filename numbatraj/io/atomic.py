@@ -2,10 +2,11 @@
 
 :class:`PartFile` is the write side of a download: bytes are appended to ``<dest>.part``
 while a running SHA-256 follows them, so the digest of the finished file is known without
-reading it back.  Every ``sync_every`` bytes the new data is flushed to disk and, on Linux,
-dropped from the page cache (``posix_fadvise(DONTNEED)``), so a multi-GB write does not
-evict every other file the machine has cached.  :meth:`PartFile.commit` fsyncs and renames;
-nothing is ever visible under the final name before that.
+reading it back.  Every ``sync_every`` bytes the new data is flushed to disk (on a helper
+thread, so the writer does not wait for the disk) and, on Linux, dropped from the page
+cache (``posix_fadvise(DONTNEED)``), so a multi-GB write does not evict every other file
+the machine has cached.  :meth:`PartFile.commit` fsyncs and renames; nothing is ever
+visible under the final name before that.
 """
 
 from __future__ import annotations
@@ -52,6 +53,55 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+class _Syncer:
+    """Flushes written data to disk and drops it from the page cache, on its own thread.
+
+    The writer asks for "everything up to byte n" and carries on; ``fdatasync`` and
+    ``fadvise`` release the GIL, so the disk catches up while the next bytes arrive.
+    """
+
+    def __init__(self, fd: int, start: int) -> None:
+        self.fd = fd
+        self.done = start
+        self.want = start
+        self.error: OSError | None = None
+        self._cond = threading.Condition()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def request(self, upto: int) -> None:
+        with self._cond:
+            self.want = max(self.want, upto)
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while self.want <= self.done and not self._stop:
+                    self._cond.wait()
+                if self.want <= self.done:
+                    return
+                start, upto = self.done, self.want
+            try:
+                _datasync(self.fd)
+                if _HAS_FADVISE:
+                    os.posix_fadvise(self.fd, start, upto - start, os.POSIX_FADV_DONTNEED)
+            except OSError as exc:
+                self.error = exc
+            with self._cond:
+                self.done = upto
+
+    def close(self) -> None:
+        """Finish the requested syncs and stop; re-raise a sync error."""
+        with self._cond:
+            self._stop = True
+            self._cond.notify()
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+
+
 class PartFile:
     """Append-only ``<dest>.part`` with a running SHA-256 of its whole content.
 
@@ -63,7 +113,8 @@ class PartFile:
     dest : path-like
         The final name.  Only :meth:`commit` writes it.
     sync_every : int
-        Bytes between flushes to disk (and page-cache drops on Linux); 0 disables them.
+        Bytes between flushes to disk (and page-cache drops on Linux), done on a helper
+        thread so writing continues meanwhile; 0 disables them (commit still fsyncs).
     keep_existing : bool
         Resume an existing part file (True) or start from empty (False).
     background : bool
@@ -89,7 +140,8 @@ class PartFile:
             os.unlink(self.path)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self._hasher, self._size = sha256_prefix(self.path)
-        self._synced = self._size
+        self._synced = self._size  # bytes handed to the syncer
+        self._syncer = _Syncer(self._fd, self._size) if self.sync_every > 0 else None
         self._accepted = self._size
         self._queue: queue.Queue[bytes | None] | None = None
         self._error: BaseException | None = None
@@ -161,34 +213,37 @@ class PartFile:
             n = os.write(fd, view)
             view = view[n:]
         self._size += len(data)
-        if self.sync_every and self._size - self._synced >= self.sync_every:
-            self._sync()
+        if self._syncer is not None and self._size - self._synced >= self.sync_every:
+            self._syncer.request(self._size)
+            self._synced = self._size
 
-    def _sync(self) -> None:
-        fd = self._require_open()
-        _datasync(fd)
-        if _HAS_FADVISE:
-            os.posix_fadvise(fd, self._synced, self._size - self._synced, os.POSIX_FADV_DONTNEED)
-        self._synced = self._size
+    def _stop_syncer(self) -> None:
+        if self._syncer is not None:
+            syncer, self._syncer = self._syncer, None
+            syncer.close()
 
     def truncate(self) -> None:
         """Drop every byte (a transfer restarting from zero)."""
         fd = self._require_open()
         self._wait()
+        self._stop_syncer()
         self._accepted = 0
         os.ftruncate(fd, 0)
         self._hasher = hashlib.sha256()
         self._size = 0
         self._synced = 0
+        if self.sync_every > 0:
+            self._syncer = _Syncer(fd, 0)
 
     def commit(self) -> str:
         """Flush, fsync and rename the part file to ``dest``; returns ``dest``."""
         fd = self._require_open()
         self._wait()
         self._stop_worker()
+        self._stop_syncer()
         os.fsync(fd)
-        if _HAS_FADVISE and self._size > self._synced:
-            os.posix_fadvise(fd, self._synced, self._size - self._synced, os.POSIX_FADV_DONTNEED)
+        if _HAS_FADVISE and self.sync_every > 0:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         os.close(fd)
         self._fd = -1
         os.replace(self.path, self.dest)
@@ -216,8 +271,11 @@ class PartFile:
                 self._wait()
             finally:
                 self._stop_worker()
-            os.close(self._fd)
-            self._fd = -1
+                try:
+                    self._stop_syncer()
+                finally:
+                    os.close(self._fd)
+                    self._fd = -1
 
     def __enter__(self) -> Self:
         return self

@@ -308,3 +308,42 @@ def test_partfile_hashes_resumed_content(tmp_path) -> None:
     assert not os.path.exists(part_path(dest)) and dest.read_bytes() == b"x"
     with pytest.raises(ValueError, match="already closed"):
         p.write(b"y")
+
+
+def test_disk_error_is_raised_not_retried(srv, tmp_path, digest, monkeypatch) -> None:
+    import errno
+
+    import numbatraj.io.atomic as atomic
+
+    real_write = os.write
+    written = [0]
+
+    def full_disk(fd: int, data) -> int:  # type: ignore[no-untyped-def]
+        if written[0] > 100_000:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        n = real_write(fd, data)
+        written[0] += n
+        return n
+
+    monkeypatch.setattr(atomic.os, "write", full_disk)
+    dest = tmp_path / "f"
+    with pytest.raises(OSError, match="No space left") as ei:
+        fetch(srv.url("ok"), dest, sha256=digest, chunk_size=16384)
+    assert not isinstance(ei.value, DownloadError)  # a disk problem is not a network retry
+    assert len(srv.requests) == 1
+    _nothing_complete(str(dest))
+
+
+def test_background_partfile_matches_direct(tmp_path, payload) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    with PartFile(a, background=True, sync_every=50_000) as pa, PartFile(b) as pb:
+        for i in range(0, len(payload), 7919):
+            pa.write(payload[i : i + 7919])
+            pb.write(payload[i : i + 7919])
+        assert pa.size == pb.size == len(payload)
+        assert pa.hexdigest() == pb.hexdigest() == hashlib.sha256(payload).hexdigest()
+        pa.truncate()
+        pa.write(b"abc")
+        pa.commit()
+        pb.commit()
+    assert a.read_bytes() == b"abc" and b.read_bytes() == payload
