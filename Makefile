@@ -6,8 +6,8 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 EXTRAS := test,lint,lerobot,remote,hub,importers,cuda
 STAMP  := $(VENV)/.installed
-# mypy checks the public (non-underscore) modules of io/ and data/
-PUBLIC_MODULES = $(filter-out %/__init__.py,$(shell ls numbatraj/io/*.py numbatraj/data/*.py | grep -v '/_'))
+# mypy checks the public (non-underscore) modules of io/, data/ and samplers/
+PUBLIC_MODULES = $(filter-out %/__init__.py,$(shell ls numbatraj/io/*.py numbatraj/data/*.py numbatraj/samplers/*.py | grep -v '/_'))
 # Numba's on-disk kernel cache, kept out of the source tree.
 export NUMBA_CACHE_DIR ?= $(CURDIR)/build/numba-cache
 

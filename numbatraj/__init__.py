@@ -20,7 +20,17 @@ from numbatraj.errors import (
     NotAStoreError,
     NumbatrajError,
     RowIndexError,
+    SamplerError,
     SchemaError,
+)
+from numbatraj.samplers import (
+    PrioritizedSampler,
+    SequenceWindowSampler,
+    SumTree,
+    UniformDeviceSampler,
+    UniformSampler,
+    WindowSampler,
+    philox4x32_10,
 )
 
 __all__ = [
@@ -32,11 +42,19 @@ __all__ = [
     "TrajectoryStoreWriter",
     "ValidationReport",
     "validate_store",
+    "PrioritizedSampler",
+    "SequenceWindowSampler",
+    "SumTree",
+    "UniformDeviceSampler",
+    "UniformSampler",
+    "WindowSampler",
+    "philox4x32_10",
     "NumbatrajError",
     "SchemaError",
     "EpisodeError",
     "IntegrityError",
     "NotAStoreError",
     "RowIndexError",
+    "SamplerError",
     "DeviceUnavailableError",
 ]
