@@ -165,7 +165,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Accept-Ranges", "bytes")
         if status == 206:
             self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
-        if checksum and self.headers.get("x-amz-checksum-mode", "").upper() == "ENABLED":
+        if checksum and srv.keep_checksums and self.headers.get("x-amz-checksum-mode", "").upper() == "ENABLED":
             self.send_header("x-amz-checksum-sha256", checksum)
         self.end_headers()
         if self.command == "GET":
@@ -179,9 +179,10 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, bucket: str) -> None:
+    def __init__(self, bucket: str, keep_checksums: bool) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.bucket = bucket
+        self.keep_checksums = keep_checksums
         self.access_key = ACCESS_KEY
         self.secret_key = SECRET_KEY
         self.objects: dict[str, tuple[bytes, str | None]] = {}
@@ -191,10 +192,14 @@ class _Server(ThreadingHTTPServer):
 
 
 class S3StandIn:
-    """One-bucket S3 stand-in on 127.0.0.1; use as a context manager."""
+    """One-bucket S3 stand-in on 127.0.0.1; use as a context manager.
 
-    def __init__(self, bucket: str = "datasets") -> None:
-        self._srv = _Server(bucket)
+    ``keep_checksums=False`` behaves like a store that verifies ``x-amz-checksum-sha256`` on
+    upload but does not return it on HEAD.
+    """
+
+    def __init__(self, bucket: str = "datasets", *, keep_checksums: bool = True) -> None:
+        self._srv = _Server(bucket, keep_checksums)
         self._thread = threading.Thread(
             target=self._srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         )
