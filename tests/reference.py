@@ -167,3 +167,57 @@ def in_episode_starts_ref(lengths: np.ndarray, window: int) -> list[int]:
         out.extend(range(row, row + int(n) - window + 1))
         row += int(n)
     return out
+
+
+# --------------------------------------------------------------------------- replay
+def ring_put_ref(dst: np.ndarray, src: np.ndarray, ring_base: int, ring_cap: int, cursor: int) -> None:
+    """Row-by-row ring write: row ``i`` of ``src`` to ``ring_base + (cursor + i) % ring_cap``
+    (later rows overwrite earlier ones landing in the same slot)."""
+    for i in range(src.shape[0]):
+        dst[ring_base + (cursor + i) % ring_cap] = src[i]
+
+
+def time_order_ref(n_demo: int, ring_base: int, ring_cap: int, size: int, cursor: int) -> list[int]:
+    """Physical rows in time order: demo rows, then the ring oldest first."""
+    oldest = (cursor - size) % ring_cap
+    return list(range(n_demo)) + [ring_base + (oldest + t) % ring_cap for t in range(size)]
+
+
+def quantize_ref(x: np.ndarray, low: float, high: float) -> np.ndarray:
+    """uint8 codes: clip to [low, high], scale to 0..255, round half up; NaN -> 0."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.clip(np.nan_to_num(x, nan=low), low, high)
+    return np.floor((y - low) * (255.0 / (high - low)) + 0.5).astype(np.uint8)
+
+
+def dequantize_ref(q: np.ndarray, low: float, high: float) -> np.ndarray:
+    """float32 ``low + q * (high - low) / 255``."""
+    return (low + q.astype(np.float64) * ((high - low) / 255.0)).astype(np.float32)
+
+
+def ere_window_ref(n: int, k: int, big_k: int, eta: float, c_min: int) -> int:
+    """ERE's ``c_k = max(N eta^(k 1000 / K), c_min)``, at most N (and at least 1 when N > 0)."""
+    c = int(np.floor(n * eta ** (k * 1000.0 / big_k)))
+    return min(n, max(c, c_min)) if n else 0
+
+
+def sample_ranges_ref(leaves: np.ndarray, ranges: list[tuple[int, int]], u: np.ndarray,
+                      beta: float) -> tuple[np.ndarray, np.ndarray]:
+    """Stratified prioritized draws restricted to leaf ranges, via cumsum + searchsorted.
+
+    Leaves outside the ranges get mass 0; draw ``i`` takes mass ``(i + u_i) W / B``; the
+    weight is ``(leaf / min leaf in ranges) ** -beta``.
+    """
+    mask = np.zeros(leaves.shape[0], dtype=bool)
+    for lo, hi in ranges:
+        mask[lo:hi] = True
+    # the ranges in the order given: concatenate their leaves
+    order = np.concatenate([np.arange(lo, hi) for lo, hi in ranges if hi > lo])
+    vals = leaves[order]
+    cum = np.cumsum(vals)
+    b = u.shape[0]
+    masses = (np.arange(b) + u) * cum[-1] / b
+    pos = np.minimum(np.searchsorted(cum, masses, side="right"), len(order) - 1)
+    rows = order[pos]
+    w = (leaves[rows] / vals.min()) ** (-beta)
+    return rows.astype(np.int64), w.astype(np.float32)

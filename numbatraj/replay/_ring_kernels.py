@@ -1,0 +1,143 @@
+"""Ring-buffer kernels of the replay: insert with wrap, logical-to-physical rows, time order.
+
+Physical layout of every column: rows ``[0, D)`` are the pinned demonstration prefix, rows
+``[D, D + R)`` the ring (``R = capacity - D``).  The ring holds ``size <= R`` rows; the next
+write goes to ring slot ``cursor``; the oldest ring row is at slot ``(cursor - size) mod R``.
+
+Rows are moved as raw machine words (the word views of ``data/_gather_kernels.py``), so one
+specialization per word type serves every dtype and row shape and NaN payloads survive.
+
+The scalar bodies ending in ``_py`` are compiled here for the host and in ``_ring_cuda.py``
+as CUDA device functions, so host and device compute the same slots by construction.
+Kernels take arrays and scalars only, assume valid input, never allocate and never raise.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import prange
+
+from numbatraj._jit import njit_kernel, njit_parallel
+
+__all__ = [
+    "SERIAL_MAX_BYTES",
+    "word_dtype",
+    "gather_rows_cpu",
+    "gather_rows_serial_cpu",
+    "ring_slot",
+    "ring_put_cpu",
+    "ring_slots_cpu",
+    "ring_physical_cpu",
+    "time_order_cpu",
+]
+
+
+#: Gathers moving at most this many bytes run serially (a parallel region costs more).
+SERIAL_MAX_BYTES = 32 << 10
+
+
+def word_dtype(row_bytes: int) -> np.dtype:
+    """The widest unsigned word (8, 4, 2 or 1 bytes) that divides ``row_bytes``."""
+    for size, dt in ((8, np.uint64), (4, np.uint32), (2, np.uint16)):
+        if row_bytes % size == 0:
+            return np.dtype(dt)
+    return np.dtype(np.uint8)
+
+
+# --------------------------------------------------------------------------- bodies
+def ring_skip_py(n, ring_cap):  # type: ignore[no-untyped-def]
+    """Rows of an ``n``-row batch that are overwritten inside the batch itself (the oldest)."""
+    return n - ring_cap if n > ring_cap else 0
+
+
+def ring_slot_py(cursor, i, ring_cap):  # type: ignore[no-untyped-def]
+    """Ring slot of row ``i`` of a batch written at ``cursor``: ``(cursor + i) mod R``."""
+    return (cursor + i) % ring_cap
+
+
+def physical_row_py(j, n_demo, ring_base, ring_cap, start):  # type: ignore[no-untyped-def]
+    """Physical row of logical row ``j``: demo row ``j`` while ``j < n_demo``, else ring row
+    ``j - n_demo`` counted from ring slot ``start`` (``start`` is in ``[0, R)``)."""
+    if j < n_demo:
+        return j
+    s = start + (j - n_demo)
+    if s >= ring_cap:
+        s -= ring_cap
+    return ring_base + s
+
+
+ring_skip = njit_kernel(ring_skip_py)
+ring_slot = njit_kernel(ring_slot_py)
+physical_row = njit_kernel(physical_row_py)
+
+
+# --------------------------------------------------------------------------- host kernels
+@njit_kernel
+def ring_put_cpu(dst, src, ring_base, ring_cap, cursor):  # type: ignore[no-untyped-def]
+    """Write the rows of ``src`` into the ring of ``dst`` starting at slot ``cursor``.
+
+    ``dst`` is ``(capacity, e)`` and ``src`` the flat ``(n * e,)`` elements of ``n`` rows, of
+    the same dtype.  Row ``i`` goes to physical row ``ring_base + (cursor + i) mod
+    ring_cap``; when ``n > ring_cap`` only the newest ``ring_cap`` rows are written (the
+    older ones would be overwritten by the same batch anyway).
+    """
+    e = dst.shape[1]
+    n = src.shape[0] // e
+    skip = ring_skip(n, ring_cap)
+    for i in range(skip, n):
+        r = ring_base + ring_slot(cursor, i, ring_cap)
+        k = i * e
+        for j in range(e):
+            dst[r, j] = src[k + j]
+
+
+@njit_kernel
+def ring_slots_cpu(ring_base, ring_cap, cursor, n, out):  # type: ignore[no-untyped-def]
+    """Physical rows a batch of ``n`` rows written at ``cursor`` lands in, oldest first.
+
+    ``out`` int64 has ``min(n, ring_cap)`` entries (the rows actually written).
+    """
+    skip = ring_skip(n, ring_cap)
+    for i in range(skip, n):
+        out[i - skip] = ring_base + ring_slot(cursor, i, ring_cap)
+
+
+@njit_kernel
+def ring_physical_cpu(idx, n_demo, ring_base, ring_cap, start, out):  # type: ignore[no-untyped-def]
+    """``out[i] = physical_row(idx[i], ...)`` for logical rows ``idx`` (int64); ``out`` may
+    alias ``idx``."""
+    for i in range(idx.shape[0]):
+        out[i] = physical_row(idx[i], n_demo, ring_base, ring_cap, start)
+
+
+@njit_kernel
+def time_order_cpu(n_demo, ring_base, ring_cap, size, cursor, out):  # type: ignore[no-untyped-def]
+    """Every filled physical row in time order: the demo rows, then the ring oldest first.
+
+    ``out`` int64 has ``n_demo + size`` entries.
+    """
+    start = cursor - size
+    if start < 0:
+        start += ring_cap
+    for j in range(n_demo + size):
+        out[j] = physical_row(j, n_demo, ring_base, ring_cap, start)
+
+
+@njit_parallel
+def gather_rows_cpu(src, idx, out):  # type: ignore[no-untyped-def]
+    """``out[i, :] = src[idx[i], :]`` (word views), rows split across threads."""
+    w = src.shape[1]
+    for i in prange(idx.shape[0]):
+        r = idx[i]
+        for j in range(w):
+            out[i, j] = src[r, j]
+
+
+@njit_kernel
+def gather_rows_serial_cpu(src, idx, out):  # type: ignore[no-untyped-def]
+    """Serial twin of :func:`gather_rows_cpu` for small batches."""
+    w = src.shape[1]
+    for i in range(idx.shape[0]):
+        r = idx[i]
+        for j in range(w):
+            out[i, j] = src[r, j]

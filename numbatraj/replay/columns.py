@@ -1,0 +1,187 @@
+"""The replay's column set: declared specs, uint8 quantisation ranges, and row checks.
+
+A replay column is a :class:`~numbatraj.data.ColumnSpec` plus, optionally, a quantisation
+range ``(low, high)``: such a column must be declared float and is stored as uint8 (one
+byte per element instead of four for float32), returned by ``sample`` as float32.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from numbatraj.data.column import ColumnSpec, check_column_set
+from numbatraj.errors import SchemaError
+
+__all__ = ["Quantization", "ReplayColumns"]
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """The range ``[low, high]`` a float column is stored in as uint8 codes 0..255."""
+
+    low: float
+    high: float
+
+    @property
+    def scale(self) -> float:
+        """Codes per unit: ``255 / (high - low)``."""
+        return 255.0 / (self.high - self.low)
+
+    @property
+    def step(self) -> float:
+        """Value of one code: ``(high - low) / 255``."""
+        return (self.high - self.low) / 255.0
+
+    @property
+    def error_bound(self) -> float:
+        """Largest round-trip error for a value inside the range (half a step), before the
+        float32 rounding of the result."""
+        return (self.high - self.low) / 510.0
+
+
+def _quantization(name: str, spec: ColumnSpec, rng: Any) -> Quantization:
+    if spec.dtype.kind != "f":
+        raise SchemaError(
+            f"column {name!r}: quantisation needs a float column, declared {spec.dtype.name}"
+        )
+    try:
+        low, high = (float(v) for v in rng)
+    except (TypeError, ValueError):
+        raise SchemaError(
+            f"column {name!r}: quantisation range must be (low, high), got {rng!r}"
+        ) from None
+    if not (math.isfinite(low) and math.isfinite(high) and low < high):
+        raise SchemaError(
+            f"column {name!r}: quantisation range ({low!r}, {high!r}) must be finite with "
+            f"low < high"
+        )
+    return Quantization(low, high)
+
+
+class ReplayColumns:
+    """Declared columns of a replay, with the storage dtype of each and the row checks.
+
+    Parameters
+    ----------
+    columns : iterable of ColumnSpec
+        Any column set (obs/action/reward/next_obs/done, qpos/qvel/action, pixels...).
+    quantize : mapping of str to (low, high), optional
+        Float columns stored as uint8 codes of ``[low, high]``.
+    """
+
+    def __init__(
+        self, columns: Iterable[ColumnSpec], quantize: Mapping[str, Any] | None = None
+    ) -> None:
+        self.specs: dict[str, ColumnSpec] = check_column_set(columns)
+        self.quant: dict[str, Quantization] = {}
+        for name, rng in dict(quantize or {}).items():
+            if name not in self.specs:
+                raise SchemaError(
+                    f"quantize names column {name!r}, which is not declared; declared columns: "
+                    f"{', '.join(self.specs)}"
+                )
+            self.quant[name] = _quantization(name, self.specs[name], rng)
+        self.names: tuple[str, ...] = tuple(self.specs)
+        self._keys = set(self.specs)
+        self._items = tuple((n, s, len(s.shape)) for n, s in self.specs.items())
+
+    def storage_dtype(self, name: str) -> np.dtype:
+        """uint8 for a quantised column, else the declared dtype."""
+        return np.dtype(np.uint8) if name in self.quant else self.specs[name].dtype
+
+    def sample_dtype(self, name: str) -> np.dtype:
+        """float32 for a quantised column, else the declared dtype."""
+        return np.dtype(np.float32) if name in self.quant else self.specs[name].dtype
+
+    def row_elems(self, name: str) -> int:
+        return int(np.prod(self.specs[name].shape, dtype=np.int64))
+
+    def check_rows(self, rows: Mapping[str, Any], what: str = "add") -> tuple[dict, int]:
+        """Every declared column's rows as an array, and the row count ``n``.
+
+        Each array has shape ``spec.shape`` (one row, ``n = 1``) or ``(n, *spec.shape)``.
+        numpy arrays must have exactly the declared dtype (no silent casts); Python and numpy
+        scalars are converted when their kind fits the column.  Raises :class:`SchemaError`
+        naming the column for a missing or undeclared column, a wrong dtype or shape, or
+        columns of different lengths.
+        """
+        if rows.keys() != self._keys:
+            self._raise_names(rows, what)
+        out = {}
+        n = -1
+        for name, spec, nd in self._items:
+            v = rows[name]
+            if type(v) is not np.ndarray:
+                v = _coerce(name, spec, v, what)
+            elif v.dtype != spec.dtype:
+                raise SchemaError(
+                    f"{what}: column {name!r} is {spec.dtype.name}, got {v.dtype.name} "
+                    f"(no silent casts: convert with .astype(np.{spec.dtype.name}) if intended)"
+                )
+            vs = v.shape
+            if vs == spec.shape:
+                m = 1
+            elif len(vs) == nd + 1 and vs[1:] == spec.shape:
+                m = vs[0]
+            else:
+                raise SchemaError(
+                    f"{what}: column {name!r} rows have shape {spec.shape}, got an array of "
+                    f"shape {vs}; expected {spec.shape} (one row) or (n, *{spec.shape})"
+                )
+            if n < 0:
+                n = m
+            elif m != n:
+                raise SchemaError(
+                    f"{what}: column {name!r} has {m} rows but column "
+                    f"{self.names[0]!r} has {n}; every column needs the same number of rows"
+                )
+            out[name] = v
+        return out, n
+
+    def _raise_names(self, rows: Mapping[str, Any], what: str) -> None:
+        specs = self.specs
+        extra = [k for k in rows if k not in specs]
+        if extra:
+            raise SchemaError(
+                f"{what}: column {extra[0]!r} is not declared; declared columns: "
+                f"{', '.join(specs)}"
+            )
+        missing = [k for k in specs if k not in rows]
+        raise SchemaError(
+            f"{what}: missing column(s) {', '.join(map(repr, missing))}; every declared "
+            f"column needs rows ({', '.join(specs)})"
+        )
+
+
+_SCALAR_KINDS = {"b": "biuf", "i": "iuf", "u": "iuf", "f": "f"}
+
+
+def _coerce(name: str, spec: ColumnSpec, v: Any, what: str) -> np.ndarray:
+    """A scalar or a non-ndarray sequence as an array of the column's dtype.
+
+    numpy scalars of the exact dtype pass; Python scalars are converted when their kind
+    fits (bool -> bool/int/float columns, int -> int/float, float -> float).
+    """
+    if isinstance(v, np.generic):
+        if v.dtype == spec.dtype:
+            return np.asarray(v)
+    elif isinstance(v, (bool, int, float)):
+        kind = "b" if isinstance(v, bool) else "i" if isinstance(v, int) else "f"
+        if spec.dtype.kind in _SCALAR_KINDS[kind]:
+            return np.asarray(v, dtype=spec.dtype)
+        raise SchemaError(
+            f"{what}: column {name!r} is {spec.dtype.name}, got the Python "
+            f"{type(v).__name__} {v!r}"
+        )
+    arr = np.asarray(v)
+    if arr.dtype != spec.dtype:
+        raise SchemaError(
+            f"{what}: column {name!r} is {spec.dtype.name}, got {arr.dtype.name} "
+            f"(no silent casts: convert with .astype(np.{spec.dtype.name}) if intended)"
+        )
+    return arr

@@ -1,0 +1,112 @@
+"""Checkpoints resume exactly; dumps and from_store round-trip through a trajectory store."""
+
+from __future__ import annotations
+
+import os
+
+import h5py
+import numpy as np
+import pytest
+
+from numbatraj.data import TrajectoryStore
+from numbatraj.errors import IntegrityError, SchemaError
+from numbatraj.replay import StoreReplay
+from tests.replay.helpers import row_ids, rows, sac_columns
+
+
+def _build(prioritized, **kw):
+    rep = StoreReplay(sac_columns(), 12, prioritized=prioritized, seed=5, demo_capacity=3,
+                      quantize={"next_obs": (-1.0, 400.0)}, **kw)
+    rep.add_demos(**rows(900, 2))
+    rep.add(**rows(0, 23))
+    if prioritized:
+        _, idx = rep.sample(8)
+        rep.update_priorities(idx, np.linspace(0.1, 3, 8))
+    return rep
+
+
+def _run(rep, steps=4):
+    out = []
+    for s in range(steps):
+        batch, idx = rep.sample(16, k=s, K=4) if rep.ere else rep.sample(16)
+        out.append((idx.indices.copy(), {k: v.copy() for k, v in batch.items()},
+                    None if idx.weights is None else idx.weights.copy()))
+        if rep.prioritized:
+            rep.update_priorities(idx, np.abs(batch["reward"]) + s)
+        rep.add(**rows(100 + 3 * s, 3))
+    return out
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+@pytest.mark.parametrize("ere", [False, True])
+@pytest.mark.parametrize("fraction", [None, 0.25])
+def test_resumed_run_samples_what_an_uninterrupted_one_would(tmp_path, prioritized, ere, fraction):
+    a = _build(prioritized, demo_fraction=fraction)
+    if ere:
+        a.configure_ere(True, eta=0.9, c_min=3)
+    path = tmp_path / "replay.ckpt"
+    a.save(path)
+    assert not os.path.exists(str(path) + ".tmp")
+    b = StoreReplay.load(path)
+    assert (b.size, b.cursor, b.n_demo, b.n_added) == (a.size, a.cursor, a.n_demo, a.n_added)
+    for k in a.columns:
+        np.testing.assert_array_equal(b.storage(k), a.storage(k))
+    ra, rb = _run(a), _run(b)
+    for (ia, ba, wa), (ib, bb, wb) in zip(ra, rb):
+        np.testing.assert_array_equal(ia, ib)
+        for k in ba:
+            np.testing.assert_array_equal(ba[k], bb[k])
+        if wa is not None:
+            np.testing.assert_array_equal(wa, wb)
+
+
+def test_save_is_atomic_and_load_refuses_foreign_files(tmp_path, monkeypatch):
+    rep = _build(False)
+    path = tmp_path / "r.ckpt"
+    rep.save(path)
+    good = path.read_bytes()
+
+    def boom(*a, **k):
+        raise OSError("disk full (simulated)")
+
+    monkeypatch.setattr(h5py.Group, "create_dataset", boom)
+    with pytest.raises(OSError, match="simulated"):
+        rep.save(path)
+    monkeypatch.undo()
+    assert path.read_bytes() == good and not os.path.exists(str(path) + ".tmp")
+    foreign = tmp_path / "foreign.h5"
+    with h5py.File(foreign, "w") as f:
+        f["x"] = np.zeros(3)
+    with pytest.raises(IntegrityError, match="not a replay checkpoint"):
+        StoreReplay.load(foreign)
+    text = tmp_path / "t.ckpt"
+    text.write_text("hello")
+    with pytest.raises(IntegrityError, match="not a readable replay checkpoint"):
+        StoreReplay.load(text)
+    with h5py.File(path, "a") as f:
+        del f["ring/obs"]
+        f["ring/obs"] = np.zeros((2, 3), np.float32)
+    with pytest.raises(IntegrityError, match="'ring/obs' is float32 \\(2, 3\\), expected float32 \\(9, 3\\)"):
+        StoreReplay.load(path)
+
+
+def test_dump_cuts_episodes_and_from_store_refills(tmp_path):
+    rep = StoreReplay(sac_columns(), 10, demo_capacity=2)
+    rep.add_demos(**rows(500, 2))
+    rep.add(**rows(0, 19))  # ring holds 11..18; done at rows with id % 7 == 6 -> 13
+    path = tmp_path / "dump.h5"
+    n_ep = rep.dump(path, env_id="toy-v0")
+    held = rep.rows()
+    with TrajectoryStore(path) as st:
+        assert st.n_rows == 10 and n_ep == st.n_episodes
+        assert st.manifest["env_id"] == "toy-v0"
+        np.testing.assert_array_equal(st.load_column("reward"), held["reward"])
+        done = st.load_column("done")
+        ends = np.cumsum(st.episode_lengths) - 1
+        assert set(np.flatnonzero(done)) <= set(ends)  # every done closes an episode
+    back = StoreReplay.from_store(path, 6)
+    assert row_ids(back.rows()).tolist() == row_ids(held).tolist()[-6:]
+    with pytest.raises(SchemaError, match="holds no rows"):
+        StoreReplay(sac_columns(), 4).dump(tmp_path / "empty.h5")
+    with pytest.raises(FileExistsError):
+        rep.dump(path)

@@ -1,0 +1,190 @@
+"""StoreReplay on the host: adds, wraps, all-or-nothing checks, sampling, demos, ERE."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from numbatraj.data import ColumnSpec, IndexBatch
+from numbatraj.errors import SamplerError, SchemaError
+from numbatraj.replay import StoreReplay
+from tests.reference import ere_window_ref, time_order_ref
+from tests.replay.helpers import row_ids, rows, sac_columns
+
+
+def _held(rep):
+    return row_ids(rep.rows()).astype(int).tolist()
+
+
+@pytest.mark.parametrize("sizes", [[1] * 12, [3, 4, 5], [8], [9], [25], [7, 1, 30, 2]])
+def test_ring_keeps_the_newest_rows(sizes):
+    rep = StoreReplay(sac_columns(), 8)
+    start = 0
+    for n in sizes:
+        batch = rows(start, n)
+        if n == 1:
+            batch = {k: v[0] for k, v in batch.items()}  # single rows, not batches of one
+        assert rep.add(**batch) == n
+        start += n
+    expected = list(range(max(0, start - 8), start))
+    assert _held(rep) == expected
+    assert rep.size == len(expected) and rep.cursor == start % 8 and rep.n_added == start
+    assert rep.time_order().tolist() == time_order_ref(0, 0, 8, rep.size, rep.cursor)
+
+
+def test_other_column_sets_and_scalars():
+    cols = [ColumnSpec("qpos", np.float64, (9,)), ColumnSpec("qvel", np.float64, (9,)),
+            ColumnSpec("action", np.int64, ()), ColumnSpec("pixels", np.uint8, (2, 4, 4))]
+    rep = StoreReplay(cols, 5)
+    rep.add(qpos=np.ones(9), qvel=np.zeros(9), action=3, pixels=np.full((2, 4, 4), 7, np.uint8))
+    rep.add(qpos=np.ones((2, 9)), qvel=np.zeros((2, 9)), action=np.array([1, 2]),
+            pixels=np.zeros((2, 2, 4, 4), np.uint8))
+    held = rep.rows()
+    assert held["action"].tolist() == [3, 1, 2] and held["pixels"][0].min() == 7
+    one = StoreReplay([ColumnSpec("reward", np.float32, ())], 2)
+    one.add(reward=1.5)  # a Python float converts to the float column
+    one.add(reward=np.float32(2.5))
+    assert one.rows()["reward"].tolist() == [1.5, 2.5]
+
+
+BAD_ADDS = [
+    (lambda r: {**r, "obs": r["obs"].astype(np.float64)}, "'obs' is float32, got float64"),
+    (lambda r: {**r, "obs": r["obs"][:, :2]}, "'obs' rows have shape"),
+    (lambda r: {**r, "reward": r["reward"][:3]}, "'reward' has 3 rows"),
+    (lambda r: {k: v for k, v in r.items() if k != "done"}, "missing column"),
+    (lambda r: {**r, "extra": r["done"]}, "'extra' is not declared"),
+    (lambda r: {**r, "done": 1.5}, "'done' is bool, got the Python float"),
+    (lambda r: {**r, "reward": "x"}, "'reward' is float32, got"),
+    (lambda r: {**r, "obs": r["obs"][None]}, "'obs' rows have shape"),
+]
+
+
+@pytest.mark.parametrize("mutate, match", BAD_ADDS)
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_failed_add_changes_nothing(mutate, match, prioritized):
+    rep = StoreReplay(sac_columns(), 6, prioritized=prioritized, demo_capacity=2)
+    rep.add(**rows(0, 5))
+    before = {k: v.copy() for k, v in rep._data.items()}
+    state = (rep.size, rep.cursor, rep.n_added)
+    leaves = rep.sampler.tree.leaves.copy() if prioritized else None
+    with pytest.raises(SchemaError, match=match):
+        rep.add(**mutate(rows(100, 4)))
+    with pytest.raises(SchemaError, match=match):
+        rep.add_demos(**mutate(rows(100, 4)))
+    for k, v in rep._data.items():
+        np.testing.assert_array_equal(v, before[k])
+    assert (rep.size, rep.cursor, rep.n_added, rep.n_demo) == (*state, 0)
+    if prioritized:
+        np.testing.assert_array_equal(rep.sampler.tree.leaves, leaves)
+
+
+def test_sample_returns_held_rows_and_sample_into_fills_caller_arrays():
+    rep = StoreReplay(sac_columns(), 16, seed=3)
+    rep.add(**rows(0, 40))
+    batch, idx = rep.sample(64)
+    assert isinstance(idx, IndexBatch) and idx.weights is None
+    assert set(row_ids(batch).astype(int)) <= set(range(24, 40))
+    np.testing.assert_array_equal(row_ids(batch), row_ids(rep.rows(idx.indices)))
+    twin = StoreReplay(sac_columns(), 16, seed=3)
+    twin.add(**rows(0, 40))
+    outs = {k: np.empty((64, *s.shape), s.dtype) for k, s in twin.columns.items()}
+    ids = {k: id(v) for k, v in outs.items()}
+    got = twin.sample_into(outs, 64)
+    np.testing.assert_array_equal(got.indices, idx.indices)  # same seed, same stream
+    for k in outs:
+        assert id(outs[k]) == ids[k]
+        np.testing.assert_array_equal(outs[k], batch[k])
+
+
+def test_uniform_draws_cover_demo_and_online_rows(rng):
+    rep = StoreReplay(sac_columns(), 10, demo_capacity=4, seed=0)
+    rep.add_demos(**rows(1000, 4))
+    rep.add(**rows(0, 3))
+    _, idx = rep.sample(7000)
+    counts = np.bincount(idx.indices, minlength=10)
+    assert counts[7:].sum() == 0 and counts[:7].min() > 850  # 1000 expected per row
+
+
+def test_sampling_errors():
+    rep = StoreReplay(sac_columns(), 4)
+    with pytest.raises(SamplerError, match="empty"):
+        rep.sample(2)
+    rep.add(**rows(0, 2))
+    with pytest.raises(SamplerError, match="batch_size must be >= 1"):
+        rep.sample(0)
+    with pytest.raises(SamplerError, match="prioritized"):
+        rep.update_priorities(IndexBatch(np.zeros(1, np.int64)), [1.0])
+    bad = {k: np.empty((3, *s.shape), s.dtype) for k, s in rep.columns.items()}
+    with pytest.raises(SchemaError, match=r"outputs\['obs'\] is float32 \(3, 3\), expected float32 \(2, 3\)"):
+        rep.sample_into(bad, 2)
+    with pytest.raises(SchemaError, match="outputs has columns"):
+        rep.sample_into({"obs": bad["obs"]}, 3)
+    with pytest.raises(SchemaError, match="demo_capacity 4 leaves no ring rows"):
+        StoreReplay(sac_columns(), 4, demo_capacity=4)
+    with pytest.raises(SamplerError, match="capacity must be >= 1"):
+        StoreReplay(sac_columns(), 0)
+
+
+def test_demo_prefix_survives_many_wraps_and_refuses_overflow():
+    rep = StoreReplay(sac_columns(), 10, demo_capacity=3)
+    rep.add_demos(**rows(500, 2))
+    for s in range(0, 200, 9):  # many wraps of the 7-row ring, batches of 9 > ring capacity
+        rep.add(**rows(s, 9))
+        assert row_ids(rep.rows(np.arange(2))).tolist() == [500, 501]
+    with pytest.raises(SchemaError, match="do not fit the demonstration prefix"):
+        rep.add_demos(**rows(600, 2))
+    rep.add_demos(**rows(502, 1))
+    assert _held(rep)[:3] == [500, 501, 502] and rep.n_demo == 3
+    assert _held(rep)[3:] == list(range(207 - 7, 207))
+
+
+@pytest.mark.parametrize("fraction, expected_demo", [(0.25, 16), (0.0, 0), (1.0, 64)])
+def test_fixed_demo_fraction(fraction, expected_demo):
+    rep = StoreReplay(sac_columns(), 20, demo_capacity=5, demo_fraction=fraction, seed=1)
+    rep.add_demos(**rows(1000, 5))
+    rep.add(**rows(0, 30))
+    for _ in range(5):
+        _, idx = rep.sample(64)
+        assert int((idx.indices < 5).sum()) == expected_demo
+    with pytest.raises(SamplerError, match="demo_fraction"):
+        StoreReplay(sac_columns(), 20, demo_capacity=5, demo_fraction=1.5)
+
+
+@pytest.mark.parametrize("n, k, big_k, eta, c_min", [
+    (1000, 0, 10, 0.996, 10), (1000, 5, 10, 0.996, 10), (1000, 10, 10, 0.9, 10),
+    (1000, 10, 10, 0.9, 400), (50, 3, 10, 0.996, 5000), (7, 7, 7, 0.5, 1),
+])
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_ere_window_and_samples_never_older(n, k, big_k, eta, c_min, prioritized):
+    cap = 64
+    rep = StoreReplay(sac_columns(), cap, prioritized=prioritized, seed=2)
+    rep.add(**rows(0, n))
+    rep.configure_ere(True, eta=eta, c_min=c_min)
+    size = min(n, cap)
+    c = rep.ere_window(k, big_k)
+    assert c == ere_window_ref(size, k, big_k, eta, c_min)
+    batch, idx = rep.sample(500, k=k, K=big_k)
+    ids = row_ids(batch)
+    assert ids.min() >= n - c and ids.max() <= n - 1
+    if c >= 3 and not prioritized:
+        assert len(set(ids.astype(int))) == c  # every row of the window is reachable
+    if prioritized:
+        assert idx.weights is not None and idx.stamps is not None
+
+
+def test_ere_errors():
+    rep = StoreReplay(sac_columns(), 8)
+    rep.add(**rows(0, 8))
+    with pytest.raises(SamplerError, match="ERE is off"):
+        rep.ere_window(1, 2)
+    rep.configure_ere(True, c_min=2)
+    with pytest.raises(SamplerError, match="needs integer k and K"):
+        rep.sample(4)
+    with pytest.raises(SamplerError, match="0 <= k <= K"):
+        rep.sample(4, k=3, K=2)
+    with pytest.raises(SamplerError, match="eta"):
+        rep.configure_ere(True, eta=0.0)
+    with pytest.raises(SamplerError, match="c_min"):
+        rep.configure_ere(True, c_min=0)
+    rep.configure_ere(False)
+    rep.sample(4)
