@@ -86,30 +86,6 @@ def test_open_db_urls(tmp_path: Path, monkeypatch) -> None:
             open_db(bad)
 
 
-def test_postgres_backend(tmp_path: Path) -> None:
-    url = os.environ.get("NUMBATRAJ_TEST_POSTGRES_URL")
-    try:
-        import psycopg  # type: ignore[import-not-found]  # noqa: F401
-    except ModuleNotFoundError:
-        if url:
-            pytest.fail("NUMBATRAJ_TEST_POSTGRES_URL is set but psycopg is not installed")
-        with pytest.raises(CatalogRequestError, match="needs the psycopg package"):
-            open_db("postgresql://u:p@127.0.0.1:1/db")
-        pytest.skip("no PostgreSQL server: set NUMBATRAJ_TEST_POSTGRES_URL and install psycopg")
-    if not url:
-        pytest.skip("no PostgreSQL server: set NUMBATRAJ_TEST_POSTGRES_URL to run this test")
-    from numbatraj.remote import CatalogService, RemoteCatalog
-
-    db = open_db(url)
-    src = tmp_path / "blob.bin"
-    src.write_bytes(os.urandom(5000))
-    with CatalogService(db, f"file://{tmp_path}/objects") as svc:
-        with RemoteCatalog(svc.url, svc.db.add_key("write")) as cat:
-            name = f"pg-test-{os.getpid()}"
-            assert cat.push(src, name, "v1")["status"] == "ready"
-            assert cat.pull(name, tmp_path / "out.bin").bytes_downloaded == 5000
-
-
 def test_commands_against_a_served_catalog(tmp_path: Path, store, monkeypatch, capsys) -> None:
     path, _ = store
     db = f"sqlite:///{tmp_path}/cli.db"
