@@ -1,7 +1,8 @@
 """LeRobot v3.0 import throughput against PyAV decoding the same videos to rgb24 alone.
 
 The issue's bound: the importer's overhead on top of decoding is at most 25%, i.e. its time
-is at most 1.25x the baseline's.  Full size: two 320x240 AV1 cameras, 10 episodes of 60
+is at most 1.25x the baseline's.  A second reference row decodes the same way and writes the
+frames' bytes to a flat file: the floor for anything that stores raw pixels.  Full size: two 320x240 AV1 cameras, 10 episodes of 60
 frames (1,200 camera frames); NUMBATRAJ_BENCH_SCALE scales the episode count.
 """
 
@@ -67,6 +68,37 @@ def test_decode_baseline(benchmark, ratios, dataset):
     assert _decode_only(root) == frames  # warm-up, and the baseline decodes what the import does
     benchmark.pedantic(_decode_only, args=(root,), rounds=5, iterations=1)
     ratios.record(GROUP, "PyAV decode to rgb24 alone", benchmark, baseline=True, items=frames)
+
+
+def _decode_and_write_raw(root: str, path: str) -> int:
+    """Decode as the baseline does and write every frame's bytes to one flat file: the floor
+    any importer that stores raw pixels pays on this machine."""
+    n = 0
+    with open(path, "wb") as fh:
+        for video in sorted(glob.glob(os.path.join(root, "videos", "*", "*", "*.mp4"))):
+            with av.open(video) as c:
+                stream = c.streams.video[0]
+                stream.thread_type = "AUTO"
+                for frame in c.decode(stream):
+                    fh.write(frame.to_ndarray(format="rgb24").data)
+                    n += 1
+        fh.flush()
+        os.fsync(fh.fileno())
+    return n
+
+
+def test_decode_and_raw_write_floor(benchmark, ratios, dataset, tmp_path):
+    root, frames = dataset
+    path = str(tmp_path / "frames.raw")
+    assert _decode_and_write_raw(root, path) == frames
+    benchmark.pedantic(_decode_and_write_raw, args=(root, path), rounds=5, iterations=1)
+    ratios.record(
+        GROUP,
+        "decode + write the same bytes raw, fsync",
+        benchmark,
+        items=frames,
+        note="floor for any importer storing raw pixels",
+    )
 
 
 def test_import(benchmark, ratios, dataset, tmp_path):

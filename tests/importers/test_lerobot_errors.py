@@ -244,3 +244,26 @@ def test_unused_camera_spec_helper():
     # CameraSpec defaults describe a usable camera (guards the fixture itself).
     cam = CameraSpec("c")
     assert (cam.codec, cam.width, cam.height) == ("h264", 32, 24)
+
+
+def test_write_failure_in_the_background_thread(tmp_path, monkeypatch):
+    """A write that fails on the writing thread (disk full) surfaces in the caller."""
+    import errno
+    import threading
+
+    from numbatraj.data.writer import TrajectoryStoreWriter
+
+    real = TrajectoryStoreWriter.append_rows
+    calls = []
+
+    def append_rows(self, rows):
+        calls.append(threading.current_thread().name)
+        if len(calls) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(self, rows)
+
+    monkeypatch.setattr(TrajectoryStoreWriter, "append_rows", append_rows)
+    root = write_dataset(tmp_path / "ds", adversarial_spec())
+    _import_fails(tmp_path, root, OSError, "No space left")
+    assert calls[0] != threading.current_thread().name  # it did run on the writing thread
+    assert not [t for t in threading.enumerate() if t.name.startswith("numbatraj-")]
