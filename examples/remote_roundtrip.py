@@ -14,6 +14,7 @@ metadata and the embedded file object store under a temporary directory.  Option
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import socket
 import sys
@@ -54,6 +55,7 @@ def _moto_objects(stack: ExitStack) -> str:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
