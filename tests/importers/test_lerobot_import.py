@@ -353,3 +353,23 @@ def test_example_runs(tmp_path):
     )
     assert r.returncode == 0, r.stderr
     assert "episodes" in r.stdout
+
+
+def test_progress_bar_on_a_terminal_only(tmp_path, monkeypatch):
+    import io
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    root = write_dataset(tmp_path / "ds", adversarial_spec())
+    tty = Tty()
+    monkeypatch.setattr(sys, "stderr", tty)
+    import_lerobot_v3(root, tmp_path / "a.h5", height=24, width=32)
+    text = tty.getvalue()
+    assert "48.0/48.0" in text and "frame/s" in text and "100%" in text  # done, rate
+    pipe = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", pipe)
+    import_lerobot_v3(root, tmp_path / "b.h5", height=24, width=32)
+    import_lerobot_v3(root, tmp_path / "c.h5", height=24, width=32, progress=False)
+    assert pipe.getvalue() == ""
