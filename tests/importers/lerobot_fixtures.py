@@ -8,7 +8,8 @@ pyarrow and PyAV, using the schema names of :mod:`numbatraj.importers._lerobot_s
 - several data files, episode-table files and video files per camera, over two chunks, with
   video file boundaries unrelated to data file boundaries;
 - padding frames between episodes inside a video file (so an episode's first frame is only
-  known from ``from_timestamp``), episodes stored out of dataset order, dropped frames;
+  known from ``from_timestamp``), float drift in those timestamps, episodes stored out of
+  dataset order, dropped frames;
 - AV1 (SVT-AV1) or H.264 (libx264) per camera, native sizes different from the import size;
 - rows dropped or duplicated, totals in ``info.json`` that lie, floats for size fields.
 
@@ -99,6 +100,10 @@ class DatasetSpec:
     duplicate_rows: list[int] = field(default_factory=list)
     info_overrides: dict[str, Any] = field(default_factory=dict)
     seed: int = 0
+    #: Drift added to every from/to_timestamp, sign alternating by episode, like the float
+    #: error of LeRobot's accumulated durations (an importer that floors instead of
+    #: rounding ``from_timestamp * fps`` picks the wrong frame).
+    timestamp_drift: float = 1e-9
 
 
 def state_row(ep: int, j: int, dim: int) -> np.ndarray:
@@ -227,7 +232,7 @@ def _write_videos(root: str, spec: DatasetSpec, ep_rows: dict[int, dict[str, Any
             for n, ep in enumerate(eps):
                 pad = cam.lead if n == 0 else cam.gap
                 frames += [_frame(cam_id, PAD_EPISODE, 0, cam)] * pad
-                t0 = len(frames) / spec.fps
+                t0 = len(frames) / spec.fps + (-1) ** (ep + 1) * spec.timestamp_drift
                 frames += [_frame(cam_id, ep, j, cam) for j in range(spec.lengths[ep])]
                 ep_rows[ep].update(
                     {
