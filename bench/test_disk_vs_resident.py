@@ -95,6 +95,7 @@ class Disk:
 def walker(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("walker") / "walker.h5")
     write_s = write_walker(path, N_ROWS)
+    os.sync()  # no writeback of the fresh file competing with the timed rounds
     with TrajectoryStore(path) as store:
         storage = store.storage("state")
         col = ResidentColumn.load(store, "state")  # also warms the page cache

@@ -13,11 +13,18 @@ call with ``cache=True`` (see :mod:`numbatraj._jit`).
 
 from __future__ import annotations
 
+import numba
 from numba import prange
 
 from numbatraj._jit import njit_kernel, njit_parallel
 
-__all__ = ["CHECK_BLOCK", "first_outside_cpu", "gather_rows_cpu", "gather_rows_serial_cpu"]
+__all__ = [
+    "CHECK_BLOCK",
+    "first_outside_cpu",
+    "gather_rows_cpu",
+    "gather_rows_serial_cpu",
+    "threads",
+]
 
 #: Indices checked per block before the early-exit scan (the block test vectorizes).
 CHECK_BLOCK = 256
@@ -68,3 +75,12 @@ def gather_rows_serial_cpu(src, idx, base, out):  # type: ignore[no-untyped-def]
         r = idx[i] - base
         for j in range(w):
             out[i, j] = src[r, j]
+
+
+def threads() -> int:
+    """Numba's thread count for this thread (``NUMBA_NUM_THREADS``, ``numba.set_num_threads``).
+
+    With one thread the wrapper runs the serial kernel: a parallel region would add its
+    fork/join for nothing.
+    """
+    return int(numba.get_num_threads())

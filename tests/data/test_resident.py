@@ -84,6 +84,39 @@ def test_parallel_path_and_out_reuse(rng, dtype):
         assert same_bits(out, gather_rows_ref(data, idx))
 
 
+@pytest.mark.parametrize("word", [np.uint64, np.uint32, np.uint16, np.uint8])
+@pytest.mark.parametrize("kernel", ["gather_rows_cpu", "gather_rows_serial_cpu"])
+def test_kernels_match_reference_with_a_base_offset(rng, word, kernel):
+    src = rng.integers(0, 2**16, (30, 5)).astype(word)
+    base = 100
+    idx = np.concatenate([[100, 129, 129, 100], rng.integers(100, 130, 40)]).astype(np.int64)
+    out = np.zeros((len(idx), 5), word)
+    getattr(K, kernel)(src, idx, base, out)
+    assert np.array_equal(out, gather_rows_ref(src, idx, base))
+
+
+def test_one_numba_thread_takes_the_serial_kernel(rng, monkeypatch):
+    import numba
+
+    data = make_column(rng, 5000, (26,), np.float32)
+    col = ResidentColumn(data)
+    idx = rng.integers(0, 5000, 4096)
+    calls = []
+    real = K.gather_rows_serial_cpu
+    monkeypatch.setattr(K, "gather_rows_serial_cpu", lambda *a: calls.append(1) or real(*a))
+    before = numba.get_num_threads()
+    if before > 1:
+        col.gather(idx)
+        assert calls == []  # 416 KiB with several threads: the parallel kernel
+    numba.set_num_threads(1)
+    try:
+        got = col.gather(idx)
+    finally:
+        numba.set_num_threads(before)
+    assert calls == [1]
+    assert same_bits(got, gather_rows_ref(data, idx))
+
+
 def test_nan_payloads_survive_bit_for_bit():
     bits = np.array([0x7FC00001, 0xFFC12345, 0x7F800001, 0x80000000], np.uint32)
     data = bits.view(np.float32).reshape(4, 1)
@@ -121,7 +154,8 @@ def test_empty_batches(rng):
 )
 @pytest.mark.parametrize("big", [False, True], ids=["serial", "parallel"])
 def test_out_of_range_names_first_position_and_writes_nothing(rng, bad_at, bad_value, big):
-    shape = (26,) if big else (2,)
+    shape = (26,) if big else ()
+    assert (1000 * 104 > R.SERIAL_MAX_BYTES) and (1000 * 4 <= R.SERIAL_MAX_BYTES)
     col = ResidentColumn(make_column(rng, 10, shape, np.float32), "qpos")
     idx = rng.integers(0, 10, 1000)
     idx[bad_at] = bad_value
