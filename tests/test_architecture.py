@@ -69,3 +69,10 @@ def test_import_does_not_load_cuda(module):
     code = f"import sys, {module}; print('numba.cuda' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_importers_exports_resolve():
+    import numbatraj.importers as imp
+
+    for name in imp.__all__:
+        assert callable(getattr(imp, name)), name
