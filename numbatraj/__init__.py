@@ -8,9 +8,11 @@ from numbatraj.data import (
     RESERVED_COLUMNS,
     ColumnSpec,
     IndexBatch,
+    ResidentColumn,
     TrajectoryStore,
     TrajectoryStoreWriter,
     ValidationReport,
+    WindowedColumn,
     validate_store,
 )
 from numbatraj.errors import (
@@ -37,6 +39,8 @@ __all__ = [
     "__version__",
     "ColumnSpec",
     "IndexBatch",
+    "ResidentColumn",
+    "WindowedColumn",
     "RESERVED_COLUMNS",
     "TrajectoryStore",
     "TrajectoryStoreWriter",
