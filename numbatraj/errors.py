@@ -21,6 +21,8 @@ __all__ = [
     "CatalogRequestError",
     "DiskSpaceError",
     "SamplerError",
+    "UnsafeArchiveError",
+    "DeclarationError",
 ]
 
 
@@ -75,3 +77,12 @@ class DiskSpaceError(NumbatrajError, OSError):
 class SamplerError(NumbatrajError, ValueError):
     """A sampler argument is invalid (seed, batch size, priority, window, start) or there is
     nothing to sample from."""
+
+
+class UnsafeArchiveError(IntegrityError):
+    """An archive member that must not be extracted (absolute path, ``..``, link, device,
+    duplicate, oversize) or an archive that cannot be read to its end."""
+
+
+class DeclarationError(NumbatrajError, ValueError):
+    """A declaration file (such as an ``assets.kv``) is malformed or incomplete."""
