@@ -1,0 +1,256 @@
+"""Push a LeRobot v3.0 directory to the Hugging Face Hub: :func:`push_lerobot_dataset`.
+
+The push walks what is on disk rather than taking a list from the writer, so the two cannot
+disagree.  It skips hidden files and ``*.part`` files, and sends a file under ``videos/`` or
+``data/`` only when the episode table references it: the mp4 of an episode still being
+recorded is held back (with ``checkpoint=True`` it is still a ``.part`` file; a file of a
+``checkpoint=False`` writer that has not closed yet is not referenced).  Metadata and data
+files are read into memory first and ``meta/info.json`` is read again afterwards; if an
+episode ended in between, the pass is repeated, so the Hub never holds an ``info.json`` that
+counts a file it does not have.
+
+Everything goes in one commit through ``huggingface_hub`` (``hub`` extra).  The Hub compares
+each file with what it stores and ``huggingface_hub`` drops unchanged ones, so re-pushing after
+one new episode sends only that episode's files and the metadata that changed.  A dataset card
+(``README.md``) is generated when the directory has none; the revision is tagged ``v3.0`` as
+LeRobot's ``push_to_hub`` does.  A new repo is private unless ``private=False``; an existing
+repo's visibility is never changed.
+
+The token is the ``token`` argument, else ``HF_TOKEN``, else ``HF_TOKEN=`` in a ``.env`` file
+(the current directory, then the dataset directory), else the hf CLI's stored login.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from numbatraj.errors import NumbatrajError
+from numbatraj.importers import _lerobot_schema as S
+from numbatraj.importers._lerobot_meta import LeRobotFormatError
+from numbatraj.io.parquet import read_parquet
+
+__all__ = ["HubPushError", "PushResult", "collect_files", "dataset_card", "push_lerobot_dataset",
+           "resolve_token"]
+
+_SNAPSHOT_TRIES = 5
+
+
+class HubPushError(NumbatrajError, OSError):
+    """The Hub refused or could not be reached, or no token was found."""
+
+
+@dataclass
+class PushResult:
+    """What a push did: the commit (``None`` when nothing changed), the files the commit
+    carried, and the files held back."""
+
+    repo_id: str
+    commit: str | None
+    sent: list[str] = field(default_factory=list)
+    held_back: list[str] = field(default_factory=list)
+    files: int = 0
+
+
+def _dotenv_token(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        line = line.strip()
+        if line.startswith("export "):
+            line = line[len("export ") :].lstrip()
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "HF_TOKEN":
+            value = value.strip().strip("'\"")
+            return value or None
+    return None
+
+
+def resolve_token(token: str | None = None, root: str | None = None) -> str:
+    """The Hub token: ``token``, ``HF_TOKEN``, a ``.env`` file, then the hf CLI's login."""
+    if token:
+        return token
+    if os.environ.get("HF_TOKEN"):
+        return os.environ["HF_TOKEN"]
+    for where in [os.getcwd()] + ([root] if root else []):
+        found = _dotenv_token(os.path.join(where, ".env"))
+        if found:
+            return found
+    from huggingface_hub import get_token
+
+    stored = get_token()
+    if stored:
+        return stored
+    raise HubPushError(
+        "no Hugging Face token: set HF_TOKEN, put HF_TOKEN=... in a .env file (current "
+        "directory or the dataset's), or log in with `hf auth login`"
+    )
+
+
+def _referenced(root: str) -> tuple[set[str], dict[str, Any]]:
+    """Data and video files the episode table references, and ``info.json``."""
+    with open(os.path.join(root, S.INFO_PATH), encoding="utf-8") as fh:
+        info = json.load(fh)
+    cams = sorted(k for k, ft in info.get("features", {}).items() if ft.get("dtype") == "video")
+    used: set[str] = set()
+    for path in sorted(glob.glob(os.path.join(root, S.EPISODES_DIR, "chunk-*", "file-*.parquet"))):
+        rows = read_parquet(path).to_pylist()
+        for r in rows:
+            used.add(S.data_file(info["data_path"], r[S.EP_DATA_CHUNK], r[S.EP_DATA_FILE]))
+            for cam in cams:
+                used.add(S.video_file(
+                    info["video_path"], cam, r[S.video_column(cam, "chunk_index")],
+                    r[S.video_column(cam, "file_index")],
+                ))
+    return used, info
+
+
+def collect_files(root: str | os.PathLike[str]) -> tuple[list[str], list[str], dict[str, Any]]:
+    """``(files to push, files held back, info.json)``, paths relative to ``root`` with ``/``.
+
+    Hidden files and directories and ``*.part`` files are skipped silently; files under
+    ``data/`` or ``videos/`` that the episode table does not reference are held back.
+    """
+    root = os.fspath(root)
+    if not os.path.isfile(os.path.join(root, S.INFO_PATH)):
+        raise LeRobotFormatError(
+            f"{root!r} is not a LeRobot dataset: {S.INFO_PATH} does not exist"
+        )
+    used, info = _referenced(root)
+    send, held = [], []
+    for dirpath, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(files):
+            if name.startswith(".") or name.endswith(".part"):
+                continue
+            rel = os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/")
+            if rel.split("/", 1)[0] in ("data", "videos") and rel not in used:
+                held.append(rel)
+            else:
+                send.append(rel)
+    return send, held, info
+
+
+def dataset_card(info: dict[str, Any], repo_id: str, license: str = "apache-2.0") -> str:
+    """A dataset card in the shape LeRobot's ``create_lerobot_dataset_card`` produces."""
+    structure = json.dumps(info, indent=4, ensure_ascii=False)
+    return (
+        "---\n"
+        f"license: {license}\n"
+        "task_categories:\n- robotics\n"
+        "tags:\n- LeRobot\n"
+        "configs:\n- config_name: default\n  data_files: data/*/*.parquet\n"
+        "---\n\n"
+        "This dataset was recorded with numbatraj's LeRobotWriter in the "
+        "[LeRobot](https://github.com/huggingface/lerobot) v3.0 format.\n\n"
+        f"Repository: `{repo_id}`\n\n"
+        "## Dataset Structure\n\n"
+        f"[meta/info.json](meta/info.json):\n```json\n{structure}\n```\n"
+    )
+
+
+def _snapshot(root: str) -> tuple[dict[str, bytes | str], list[str], dict[str, Any]]:
+    """Path or bytes per file to send; metadata and data read now, videos (never rewritten
+    once in place) sent from their path.  Repeated while ``info.json`` changes under it."""
+    info_path = os.path.join(root, S.INFO_PATH)
+    for _ in range(_SNAPSHOT_TRIES):
+        with open(info_path, "rb") as fh:
+            before = fh.read()
+        send, held, info = collect_files(root)
+        content: dict[str, bytes | str] = {}
+        for rel in send:
+            path = os.path.join(root, rel)
+            if rel.startswith("videos/"):
+                content[rel] = path
+            else:
+                with open(path, "rb") as fh:
+                    content[rel] = fh.read()
+        with open(info_path, "rb") as fh:
+            if fh.read() == before and content.get(S.INFO_PATH) == before:
+                return content, held, info
+    raise HubPushError(
+        f"{root!r} kept changing while it was read ({_SNAPSHOT_TRIES} tries); push again"
+    )
+
+
+def push_lerobot_dataset(
+    root: str | os.PathLike[str],
+    repo_id: str,
+    *,
+    private: bool = True,
+    message: str | None = None,
+    token: str | None = None,
+    endpoint: str | None = None,
+) -> PushResult:
+    """Upload the LeRobot v3.0 directory ``root`` to the dataset repo ``repo_id``.
+
+    Parameters
+    ----------
+    root : path-like
+        The dataset directory (holding ``meta/info.json``).
+    repo_id : str
+        ``ORG/NAME``.
+    private : bool
+        Visibility of a repo this push creates (an existing repo keeps its own).
+    message : str, optional
+        Commit message (default: a summary of episodes and frames).
+    token : str, optional
+        Hub token; see :func:`resolve_token` for where it is looked for otherwise.
+    endpoint : str, optional
+        Hub URL (default: ``HF_ENDPOINT`` or the public Hub).
+
+    Returns
+    -------
+    PushResult
+
+    Raises
+    ------
+    LeRobotFormatError
+        ``root`` is not a LeRobot dataset.
+    HubPushError
+        No token, or the Hub refused a request (the message names the repo and the status).
+    """
+    from huggingface_hub import CommitOperationAdd, HfApi
+    from huggingface_hub.errors import HfHubHTTPError, RevisionNotFoundError
+
+    from numbatraj.importers.hub_cache import _check_repo
+
+    root = os.path.abspath(os.fspath(root))
+    _check_repo(repo_id)
+    if not os.path.isfile(os.path.join(root, S.INFO_PATH)):
+        raise LeRobotFormatError(f"{root!r} is not a LeRobot dataset: {S.INFO_PATH} does not exist")
+    api = HfApi(endpoint=endpoint, token=resolve_token(token, root))
+    content, held, info = _snapshot(root)
+    if "README.md" not in content:
+        content["README.md"] = dataset_card(info, repo_id).encode()
+    ops = [CommitOperationAdd(path_in_repo=r, path_or_fileobj=src) for r, src in content.items()]
+    summary = message or (
+        f"LeRobot {info.get('codebase_version')} dataset: {info.get('total_episodes')} episodes, "
+        f"{info.get('total_frames')} frames"
+    )
+    where = f"{api.endpoint}, dataset {repo_id!r}"
+    try:
+        api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
+        commit = api.create_commit(repo_id, ops, commit_message=summary, repo_type="dataset")
+        try:
+            api.delete_tag(repo_id, tag=S.CODEBASE_VERSION, repo_type="dataset")
+        except RevisionNotFoundError:
+            pass
+        api.create_tag(repo_id, tag=S.CODEBASE_VERSION, repo_type="dataset")
+    except HfHubHTTPError as exc:
+        status = getattr(getattr(exc, "response", None), "status_code", "?")
+        raise HubPushError(f"the Hub refused the push ({where}): HTTP {status}: {exc}") from exc
+    except OSError as exc:
+        raise HubPushError(f"the Hub could not be reached ({where}): {exc}") from exc
+    sent = [
+        op.path_in_repo for op in ops
+        if getattr(op, "_remote_oid", None) is None
+        or op._remote_oid != op._local_oid  # noqa: SLF001 - huggingface_hub's no-op test
+    ]
+    return PushResult(repo_id, commit.oid if sent else None, sent, held, len(ops))
