@@ -165,11 +165,15 @@ def bar_chart(res: dict[str, Any], path: str | os.PathLike[str]) -> bool:
                 labels.append(label.replace(", from disk", "") + ("" if key == "resident" else f" ({cache})"))
                 values.append(s * 1e3)
                 colors.append("tab:green" if key == "resident" else color)
-    fig, ax = plt.subplots(figsize=(8, 0.5 * len(values) + 1.2))
-    ax.barh(labels[::-1], values[::-1], color=colors[::-1])
+    base = res["seconds"]["resident"]["warm"] * 1e3
+    fig, ax = plt.subplots(figsize=(10, 0.5 * len(values) + 1.4))
+    bars = ax.barh(labels[::-1], values[::-1], color=colors[::-1])
+    for bar, v in zip(bars, values[::-1]):
+        ax.text(v * 1.1, bar.get_y() + bar.get_height() / 2, f"{v / base:,.1f}x", va="center")
     ax.set_xscale("log")
-    ax.set_xlabel(f"ms per {BATCH}-row minibatch (log scale)")
-    ax.set_title(f"Gathering a minibatch: disk versus resident ({res['meta']['rows']:,} rows)")
+    ax.set_xlim(min(values) / 3, max(values) * 8)
+    ax.set_xlabel(f"ms per {BATCH}-row minibatch (log scale); labels: time vs resident")
+    ax.set_title(f"Disk versus resident, {res['meta']['rows']:,}-row walker store")
     fig.tight_layout()
     tmp = f"{os.fspath(path)}.tmp.png"
     fig.savefig(tmp, dpi=110)
