@@ -70,16 +70,14 @@ def check_fraction(value: Any) -> float | None:
 def split_batch(b: int, n_demo: int, n_online: int, fraction: float | None, ere: bool) -> int:
     """How many of ``b`` rows come from the demo prefix; -1 means one joint population.
 
-    With a fraction: ``round(fraction * b)`` (all from one side when the other is empty).
-    Without one: ERE samples only the online rows (demos only when there are none);
-    otherwise demo and online rows form one population (-1).
+    No online rows: all from the demos.  With a fraction and demo rows:
+    ``floor(fraction * b + 0.5)``.  Otherwise ERE samples only the online rows (0), and
+    without ERE demo and online rows form one population (-1).
     """
     if n_online == 0:
         return b
-    if n_demo == 0:
-        return 0
-    if fraction is not None:
-        return int(round(fraction * b))
+    if fraction is not None and n_demo > 0:
+        return int(math.floor(fraction * b + 0.5))  # half up, as on the device
     return 0 if ere else -1
 
 

@@ -10,7 +10,8 @@ Within ranges of total mass ``W`` holding ``N`` rows, draw ``i`` of ``B`` takes 
 mass ``(i + u[i]) W / B`` inside the ranges (stratified, as the sampler does) and the weight
 ``(leaf / min_leaf_in_ranges) ** -beta`` = ``(N P(i))**-beta / max_j (N P(j))**-beta``.
 
-The scalar bodies ending in ``_py`` (one descent, one prefix sum, one range minimum) are
+The scalar bodies ending in ``_py`` (one descent, one prefix sum, one range minimum, one
+Philox uniform) are
 compiled here for the host and in ``_ring_cuda.py`` for the device.  Kernels take arrays and
 scalars only, assume valid input, never allocate and never raise.
 """
@@ -20,8 +21,14 @@ from __future__ import annotations
 import numpy as np
 
 from numbatraj._jit import njit_kernel
+from numbatraj.samplers._philox import philox4x32
 
-__all__ = ["descend", "prefix_mass", "range_min", "sample_ranges_cpu"]
+__all__ = ["descend", "prefix_mass", "range_min", "philox_uniform", "sample_ranges_cpu"]
+
+_M32 = np.uint64(0xFFFFFFFF)
+_SH32 = np.uint64(32)
+_SH11 = np.uint64(11)
+_TWO_M53 = 1.0 / 9007199254740992.0
 
 
 # --------------------------------------------------------------------------- bodies
@@ -75,7 +82,18 @@ def range_min_py(mins, p, lo, hi):  # type: ignore[no-untyped-def]
     return best
 
 
+def philox_uniform_py(draw, lane, k0, k1):  # type: ignore[no-untyped-def]
+    """float64 in [0, 1) for ``(draw, lane)`` of the Philox stream keyed ``(k0, k1)``: the top
+    53 bits of the block's first 64-bit word (counter layout of ``samplers/_philox.py``)."""
+    d = np.uint64(draw)
+    ln = np.uint64(lane)
+    x0, x1, x2, x3 = philox4x32(d & _M32, d >> _SH32, ln & _M32, ln >> _SH32, k0, k1)
+    w = (x1 << _SH32) | x0
+    return np.float64(w >> _SH11) * _TWO_M53
+
+
 descend = njit_kernel(descend_py)
+philox_uniform = njit_kernel(philox_uniform_py)
 prefix_mass = njit_kernel(prefix_mass_py)
 range_min = njit_kernel(range_min_py)
 

@@ -347,11 +347,7 @@ class StoreReplay:
             if not e:
                 continue
             if q is None:
-                ow = out.reshape(b, e).view(wdt)
-                if ow.nbytes <= _rk.SERIAL_MAX_BYTES:
-                    _rk.gather_rows_serial_cpu(self._words[name], idx, ow)
-                else:
-                    _rk.gather_rows_cpu(self._words[name], idx, ow)
+                _rk.gather_rows_cpu(self._words[name], idx, out.reshape(b, e).view(wdt))
             else:
                 _qk.gather_dequantize_cpu(self._rows2d[name], idx, q.low, q.step, out.reshape(b, e))
 

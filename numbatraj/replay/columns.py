@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from numbatraj.data.column import ColumnSpec, check_column_set
+from numbatraj.data.index_batch import _on_device
 from numbatraj.errors import SchemaError
 
 __all__ = ["Quantization", "ReplayColumns"]
@@ -123,7 +124,7 @@ class ReplayColumns:
                     f"{what}: column {name!r} is {spec.dtype.name}, got {v.dtype.name} "
                     f"(no silent casts: convert with .astype(np.{spec.dtype.name}) if intended)"
                 )
-            vs = v.shape
+            vs = tuple(v.shape)
             if vs == spec.shape:
                 m = 1
             elif len(vs) == nd + 1 and vs[1:] == spec.shape:
@@ -167,6 +168,13 @@ def _coerce(name: str, spec: ColumnSpec, v: Any, what: str) -> np.ndarray:
     numpy scalars of the exact dtype pass; Python scalars are converted when their kind
     fits (bool -> bool/int/float columns, int -> int/float, float -> float).
     """
+    if _on_device(v):  # a device array (StoreReplayGpu): exact dtype, no copy
+        if np.dtype(v.dtype) != spec.dtype:
+            raise SchemaError(
+                f"{what}: column {name!r} is {spec.dtype.name}, got a device array of "
+                f"{np.dtype(v.dtype).name}"
+            )
+        return v
     if isinstance(v, np.generic):
         if v.dtype == spec.dtype:
             return np.asarray(v)

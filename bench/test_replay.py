@@ -1,0 +1,189 @@
+"""StoreReplay against cpprb (and flashbax when installed) in the same run.
+
+Layout from the issue: capacity 1,000,000 (times ``NUMBATRAJ_BENCH_SCALE``), obs 17 float32,
+action 6 float32, reward float32, next_obs 17 float32, done.  Figures:
+
+* ``add`` of one transition, 1,000 calls per round (rows/s);
+* ``add`` of 1,000 transitions per call, plus a plain numpy slice copy of the same bytes;
+* uniform ``sample(4096)`` with every column gathered;
+* prioritized ``sample(4096)`` + ``update_priorities(4096)``.
+
+Each benchmark runs once untimed first (pytest-benchmark's warmup plus an explicit call), so
+Numba compile time is excluded.  cpprb stores ``done`` as float32 (its default); numbatraj as
+bool, which is what the issue's layout asks for.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bench.conftest import bench_scale
+from numbatraj.data import ColumnSpec
+from numbatraj.replay import StoreReplay
+
+cpprb = pytest.importorskip("cpprb")
+
+CAP = max(10_000, int(1_000_000 * bench_scale()))
+OBS, ACT, BATCH, CHUNK, SINGLE_CALLS = 17, 6, 4096, 1000, 1000
+ROW_BYTES = 4 * (OBS + ACT + 1 + OBS) + 1
+G_ADD1 = "replay add 1 transition (rows/s)"
+G_ADD1K = "replay add 1,000 transitions (rows/s)"
+G_UNI = "replay uniform sample(4096), all columns"
+G_PER = "replay prioritized sample(4096) + update_priorities(4096)"
+
+
+def _columns() -> list[ColumnSpec]:
+    return [
+        ColumnSpec("obs", np.float32, (OBS,)),
+        ColumnSpec("action", np.float32, (ACT,)),
+        ColumnSpec("reward", np.float32, ()),
+        ColumnSpec("next_obs", np.float32, (OBS,)),
+        ColumnSpec("done", np.bool_, ()),
+    ]
+
+
+def _batch(n: int, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "obs": rng.standard_normal((n, OBS), dtype=np.float32),
+        "action": rng.standard_normal((n, ACT), dtype=np.float32),
+        "reward": rng.standard_normal(n, dtype=np.float32),
+        "next_obs": rng.standard_normal((n, OBS), dtype=np.float32),
+        "done": rng.random(n) < 0.01,
+    }
+
+
+def _cpprb(prioritized: bool = False):  # type: ignore[no-untyped-def]
+    env = {"obs": {"shape": OBS}, "act": {"shape": ACT}, "rew": {}, "next_obs": {"shape": OBS},
+           "done": {}}
+    cls = cpprb.PrioritizedReplayBuffer if prioritized else cpprb.ReplayBuffer
+    return cls(CAP, env)
+
+
+def _cp_rows(b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {"obs": b["obs"], "act": b["action"], "rew": b["reward"], "next_obs": b["next_obs"],
+            "done": b["done"].astype(np.float32)}
+
+
+def _filled_cpprb(prioritized: bool):  # type: ignore[no-untyped-def]
+    rb = _cpprb(prioritized)
+    fill = _cp_rows(_batch(CAP))
+    rb.add(**fill)
+    return rb
+
+
+def _filled_replay(prioritized: bool) -> StoreReplay:
+    rep = StoreReplay(_columns(), CAP, prioritized=prioritized, seed=0)
+    rep.add(**_batch(CAP))
+    return rep
+
+
+# ---------------------------------------------------------------------- add one transition
+def test_add1_cpprb(benchmark, ratios):
+    rb = _cpprb()
+    one = {k: v[0] for k, v in _cp_rows(_batch(1)).items()}
+
+    def run():
+        for _ in range(SINGLE_CALLS):
+            rb.add(**one)
+
+    run()
+    benchmark(run)
+    ratios.record(G_ADD1, "cpprb ReplayBuffer.add", benchmark, baseline=True, items=SINGLE_CALLS)
+
+
+def test_add1_numbatraj(benchmark, ratios):
+    rep = StoreReplay(_columns(), CAP)
+    one = {k: v[0] for k, v in _batch(1).items()}
+
+    def run():
+        for _ in range(SINGLE_CALLS):
+            rep.add(**one)
+
+    run()
+    benchmark(run)
+    ratios.record(G_ADD1, "StoreReplay.add", benchmark, items=SINGLE_CALLS)
+
+
+# ---------------------------------------------------------------------- add 1,000 transitions
+def test_add1k_cpprb(benchmark, ratios):
+    rb = _cpprb()
+    rows = _cp_rows(_batch(CHUNK))
+    rb.add(**rows)
+    benchmark(lambda: rb.add(**rows))
+    ratios.record(G_ADD1K, "cpprb ReplayBuffer.add", benchmark, baseline=True, items=CHUNK)
+
+
+def test_add1k_numpy_slice_copy(benchmark, ratios):
+    cols = {c.name: np.zeros((CAP, *c.shape), c.dtype) for c in _columns()}
+    rows = _batch(CHUNK)
+    state = {"pos": 0}
+
+    def run():  # the same bytes, as plain slice assignments (no wrap handling)
+        p = state["pos"]
+        for k, a in cols.items():
+            a[p : p + CHUNK] = rows[k]
+        state["pos"] = (p + CHUNK) % (CAP - CHUNK)
+
+    run()
+    benchmark(run)
+    ratios.record(G_ADD1K, "numpy slice copy", benchmark, items=CHUNK, nbytes=CHUNK * ROW_BYTES)
+
+
+def test_add1k_numbatraj(benchmark, ratios):
+    rep = StoreReplay(_columns(), CAP)
+    rows = _batch(CHUNK)
+    rep.add(**rows)
+    benchmark(lambda: rep.add(**rows))
+    ratios.record(G_ADD1K, "StoreReplay.add", benchmark, items=CHUNK, nbytes=CHUNK * ROW_BYTES)
+
+
+# ---------------------------------------------------------------------- uniform sampling
+def test_uniform_sample_cpprb(benchmark, ratios):
+    rb = _filled_cpprb(False)
+    rb.sample(BATCH)
+    benchmark(lambda: rb.sample(BATCH))
+    ratios.record(G_UNI, "cpprb ReplayBuffer.sample", benchmark, baseline=True, items=BATCH)
+
+
+def test_uniform_sample_numbatraj(benchmark, ratios):
+    rep = _filled_replay(False)
+    rep.sample(BATCH)
+    benchmark(lambda: rep.sample(BATCH))
+    ratios.record(G_UNI, "StoreReplay.sample", benchmark, items=BATCH)
+
+
+def test_uniform_sample_into_numbatraj(benchmark, ratios):
+    rep = _filled_replay(False)
+    outs = {c.name: np.empty((BATCH, *c.shape), c.dtype) for c in _columns()}
+    rep.sample_into(outs, BATCH)
+    benchmark(lambda: rep.sample_into(outs, BATCH))
+    ratios.record(G_UNI, "StoreReplay.sample_into", benchmark, items=BATCH)
+
+
+# ---------------------------------------------------------------------- prioritized
+def test_per_cpprb(benchmark, ratios):
+    rb = _filled_cpprb(True)
+    rng = np.random.default_rng(1)
+
+    def run():
+        s = rb.sample(BATCH, beta=0.4)
+        rb.update_priorities(s["indexes"], rng.random(BATCH) + 0.01)
+
+    run()
+    benchmark(run)
+    ratios.record(G_PER, "cpprb PrioritizedReplayBuffer", benchmark, baseline=True, items=BATCH)
+
+
+def test_per_numbatraj(benchmark, ratios):
+    rep = _filled_replay(True)
+    rng = np.random.default_rng(1)
+
+    def run():
+        _, idx = rep.sample(BATCH)
+        rep.update_priorities(idx, rng.random(BATCH) + 0.01)
+
+    run()
+    benchmark(run)
+    ratios.record(G_PER, "StoreReplay(prioritized=True)", benchmark, items=BATCH)

@@ -1,0 +1,176 @@
+"""StoreReplayGpu equals StoreReplay and its host twin under the CUDA simulator.
+
+Runs in its own pytest process with NUMBA_ENABLE_CUDASIM=1 (tests/conftest.py marks it
+``cuda``).  Capacities and batches stay tiny: the simulator runs one Python thread per lane.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from numbatraj._cuda import cuda_available
+from numbatraj.errors import SamplerError, SchemaError
+from numbatraj.replay import StoreReplay
+from numbatraj.replay import _lanes as L
+from tests.reference import philox_rows_ref, sumtree_find_ref, time_order_ref
+from tests.replay.helpers import row_ids, rows, sac_columns
+
+pytestmark = pytest.mark.skipif(
+    not cuda_available(), reason="no CUDA device and NUMBA_ENABLE_CUDASIM is not 1"
+)
+
+QUANT = {"next_obs": (-1.0, 200.0)}
+ADDS = [1, 5, 3, 17, 2]  # single row, batch, wrap, batch larger than the ring, wrap
+
+
+def _pair(prioritized=False, **kw):
+    from numbatraj.replay import StoreReplayGpu
+
+    args = dict(prioritized=prioritized, seed=7, quantize=QUANT, **kw)
+    return StoreReplayGpu(sac_columns(), 12, **args), StoreReplay(sac_columns(), 12, **args)
+
+
+def _fill(gpu, cpu, demos=0):
+    from numba import cuda
+
+    if demos:
+        gpu.add_demos(**rows(900, demos))
+        cpu.add_demos(**rows(900, demos))
+    start = 0
+    for j, n in enumerate(ADDS):
+        batch = rows(start, n)
+        if n == 1:
+            batch = {k: v[0] for k, v in batch.items()}
+        cpu.add(**batch)
+        if j % 2:  # device rows on every other add
+            batch = {k: cuda.to_device(np.ascontiguousarray(v)) for k, v in batch.items()}
+        gpu.add(**batch)
+        start += n
+
+
+def _host_state(gpu):
+    return gpu.state_array.copy_to_host()
+
+
+@pytest.mark.parametrize("demos", [0, 3])
+def test_adds_and_wraps_equal_the_host_replay(demos):
+    gpu, cpu = _pair(demo_capacity=4 if demos else 0)
+    _fill(gpu, cpu, demos)
+    for name in cpu.columns:
+        np.testing.assert_array_equal(gpu.storage(name), cpu.storage(name))
+    assert (gpu.size, gpu.cursor, gpu.n_demo) == (cpu.size, cpu.cursor, cpu.n_demo)
+    st = _host_state(gpu)
+    assert (st[L.CURSOR], st[L.SIZE], st[L.N_DEMO]) == (cpu.cursor, cpu.size, cpu.n_demo)
+
+
+@pytest.mark.parametrize("kw, ere", [
+    ({}, None), ({"demo_capacity": 4}, None), ({"demo_capacity": 4, "demo_fraction": 0.25}, None),
+    ({}, (0.5, 3)), ({"demo_capacity": 4, "demo_fraction": 0.5}, (0.9, 2)),
+])
+def test_uniform_draws_equal_host_twin_and_gather_equals_host_rows(kw, ere):
+    from numba import cuda
+
+    gpu, cpu = _pair(**kw)
+    _fill(gpu, cpu, demos=3 if kw.get("demo_capacity") else 0)
+    if ere:
+        gpu.configure_ere(True, eta=ere[0], c_min=ere[1])
+        cpu.configure_ere(True, eta=ere[0], c_min=ere[1])
+    held = set(cpu.time_order().tolist())
+    for step in range(3):
+        k = {"k": step, "K": 3} if ere else {}
+        before = _host_state(gpu)
+        if ere:
+            before[L.ERE_K], before[L.ERE_BIGK] = step, 3
+        out = {n: cuda.device_array((40, *s.shape), np.float32 if n in QUANT else s.dtype)
+               for n, s in cpu.columns.items()}
+        batch = gpu.sample_into(out, 40, **k)
+        idx = batch.indices.copy_to_host()
+        twin = np.empty(40, np.int64)
+        frac = -1.0 if gpu._fraction is None else gpu._fraction
+        eta, c_min = ere if ere else (1.0, 1)
+        L.uniform_lanes_cpu(before, gpu._k0, gpu._k1, gpu.demo_capacity, gpu.ring_capacity, frac,
+                            bool(ere), eta, c_min, twin)
+        np.testing.assert_array_equal(idx, twin)
+        assert _host_state(gpu)[L.DRAW] == step + 1 == before[L.DRAW]
+        assert set(idx.tolist()) <= held
+        host_rows = cpu.rows(idx)
+        for n in cpu.columns:
+            np.testing.assert_array_equal(out[n].copy_to_host(), host_rows[n])
+        if ere:
+            c = gpu.ere_window(step, 3)
+            assert c == cpu.ere_window(step, 3)
+            online = row_ids(host_rows)[row_ids(host_rows) < 900]
+            assert online.min() >= 28 - c
+
+
+def test_joint_uniform_lanes_are_the_philox_reference():
+    gpu, cpu = _pair()
+    _fill(gpu, cpu)
+    batch = gpu.sample_indices(20)
+    n = cpu.n_rows
+    logical = philox_rows_ref(gpu.seed, n, 20, 0)
+    order = np.array(time_order_ref(0, 0, 12, cpu.size, cpu.cursor))
+    np.testing.assert_array_equal(batch.indices.copy_to_host(), order[logical])
+
+
+@pytest.mark.parametrize("kw", [{}, {"demo_capacity": 4, "demo_fraction": 0.5}])
+def test_prioritized_tree_draws_and_updates_equal_host(kw):
+    gpu, cpu = _pair(prioritized=True, alpha=0.7, beta=0.5, **kw)
+    _fill(gpu, cpu, demos=2 if kw else 0)
+    np.testing.assert_array_equal(gpu.tree_leaves(), cpu.sampler.tree.leaves)
+    rng = np.random.default_rng(0)
+    skips = []
+    for step in range(3):
+        st, fs = _host_state(gpu), gpu._fstate.copy_to_host()
+        sums, mins, gen = gpu._sums.copy_to_host(), gpu._mins.copy_to_host(), gpu._gen.copy_to_host()
+        batch = gpu.sample_indices(24)
+        idx, w, stamps = (a.copy_to_host() for a in (batch.indices, batch.weights, batch.stamps))
+        t_idx, t_w, t_st = np.empty(24, np.int64), np.empty(24, np.float32), np.empty(24, np.int64)
+        frac = -1.0 if gpu._fraction is None else gpu._fraction
+        L.per_lanes_cpu(st.copy(), fs, sums, mins, gpu._p, gen, gpu._k0, gpu._k1, gpu.demo_capacity,
+                        gpu.ring_capacity, frac, False, 1.0, 1, t_idx, t_w, t_st)
+        np.testing.assert_array_equal(idx, t_idx)
+        np.testing.assert_array_equal(w, t_w)
+        np.testing.assert_array_equal(stamps, t_st)
+        if not kw:  # joint draws are the sum-tree search of their masses
+            u = np.array([L.philox_uniform(np.uint64(st[L.DRAW]), np.uint64(i), gpu._k0, gpu._k1)
+                          for i in range(24)])
+            leaves = cpu.sampler.tree.leaves
+            np.testing.assert_array_equal(idx, sumtree_find_ref(leaves, (np.arange(24) + u) * (leaves.sum() / 24)))
+        pr = rng.random(24) * 3
+        if step == 1:  # overwrite some sampled rows: their updates are stale on both sides
+            gpu.add(**rows(500, 2))
+            cpu.add(**rows(500, 2))
+        skipped = gpu.update_priorities(batch, pr)
+        host_skipped = cpu.sampler.update_priorities(idx, pr, stamps)
+        assert skipped == host_skipped
+        skips.append(skipped)
+        np.testing.assert_array_equal(gpu.tree_leaves(), cpu.sampler.tree.leaves)
+        np.testing.assert_array_equal(gpu._sums.copy_to_host()[1:], cpu.sampler.tree.sums[1:])
+    assert skips[1] > 0 and skips[0] == skips[2] == 0  # the overwrite made updates stale
+
+
+def test_errors_and_buffer_reuse():
+    from numba import cuda
+
+    gpu, _ = _pair()
+    with pytest.raises(SamplerError, match="empty"):
+        gpu.sample(4)
+    gpu.add(**rows(0, 5))
+    with pytest.raises(SchemaError, match="'obs' is float32, got a device array of float64"):
+        gpu.add(**{**rows(0, 2), "obs": cuda.to_device(np.zeros((2, 3)))})
+    assert gpu.size == 5
+    out = {n: np.zeros((4, *s.shape), s.dtype) for n, s in gpu.columns.items()}
+    with pytest.raises(SchemaError, match="must be a device array"):
+        gpu.sample_into(out, 4)
+    b1 = gpu.sample_indices(4)
+    b2 = gpu.sample_indices(4)
+    assert b1.indices is b2.indices  # preallocated per batch size: no allocation per call
+    with pytest.raises(SamplerError, match="prioritized"):
+        gpu.update_priorities(b1, np.ones(4))
+    gpu.configure_ere(True, c_min=2)
+    with pytest.raises(SamplerError, match="set_ere_step"):
+        gpu.sample_indices(4)
+    gpu.set_ere_step(1, 2)
+    gpu.sample_indices(4)  # k, K now live in device memory
