@@ -5,6 +5,8 @@ from __future__ import annotations
 import glob
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -184,3 +186,17 @@ def test_existing_dataset_is_refused(tmp_path):
         LeRobotWriter(rec.root, **writer_args(codec="libx264"))
     with pytest.raises(FileExistsError):  # the natural builtin too
         LeRobotWriter(rec.root, **writer_args(codec="libx264"))
+
+
+def test_example_records_rejects_and_imports(tmp_path):
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.run(
+        [sys.executable, "examples/record_synthetic.py", "--workdir", str(tmp_path),
+         "--codec", "libx264"],
+        cwd=repo, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "rejected episode 1" in proc.stdout
+    assert "3 episodes, 123 frames (rejected: [1])" in proc.stdout
+    doc = json.load(open(tmp_path / "so101-synthetic" / S.REJECTED_PATH))
+    assert doc == {"rejected_episodes": [1], "note": "gripper missed the cube"}
