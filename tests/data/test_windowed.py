@@ -50,7 +50,7 @@ def store(store_path):
 
 
 @pytest.mark.parametrize("name", ["state", "pix", "done"])
-@pytest.mark.parametrize("window_rows", [1, 64, 100, 1003, 5000])
+@pytest.mark.parametrize("window_rows", [7, 64, 100, 1003, 5000])
 def test_every_window_matches_full_residency(store, rng, name, window_rows):
     full = ResidentColumn.load(store, name)
     w = WindowedColumn.make(store, name, window_rows)
@@ -60,7 +60,7 @@ def test_every_window_matches_full_residency(store, rng, name, window_rows):
         seen.append(w.window)
     assert seen == windows_ref(N_ROWS, window_rows)
     assert w.advance() is False and w.window == seen[-1]  # exhausted exactly, stays put
-    n_gathers = 3 if window_rows == 1 else 8
+    n_gathers = 8
     for start, stop in seen[:: max(1, len(seen) // n_gathers)] + [seen[-1]]:
         w.seek(start)
         assert w.window == (start, stop)
@@ -74,6 +74,19 @@ def test_every_window_matches_full_residency(store, rng, name, window_rows):
         assert got.tobytes() == full.gather(inside).tobytes()
         assert got.tobytes() == gather_rows_ref(full.data, inside).tobytes()
         assert w.rows.tobytes() == full.data[start:stop].tobytes()
+
+
+def test_one_row_windows(store):
+    full = ResidentColumn.load(store, "pix")
+    w = WindowedColumn.make(store, "pix", 1)
+    for row in range(5):
+        assert w.window == (row, row + 1)
+        assert w.gather([row, row]).tobytes() == full.gather([row, row]).tobytes()
+        with pytest.raises(RowIndexError):
+            w.gather([row + 1])
+        assert w.advance()
+    w.seek(N_ROWS - 1)
+    assert w.advance() is False and w.window == (N_ROWS - 1, N_ROWS)
 
 
 def test_sequence_indices_index_batch_and_out(store, rng):
