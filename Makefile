@@ -4,7 +4,7 @@
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV   := .venv
 PY     := $(VENV)/bin/python
-EXTRAS := test,lint,lerobot,remote,hub,importers,cuda
+EXTRAS := test,lint,lerobot,remote,hub,importers,cuda,postgres
 STAMP  := $(VENV)/.installed
 # mypy checks the public (non-underscore) modules of io/, data/ and samplers/
 PUBLIC_MODULES = $(filter-out %/__init__.py,$(shell ls numbatraj/io/*.py numbatraj/data/*.py numbatraj/samplers/*.py | grep -v '/_'))
