@@ -139,8 +139,9 @@ class LeRobotWriter:
         for what, names in (("state_names", state_names), ("action_names", action_names)):
             if len(names) == 0 or len(set(names)) != len(names):
                 raise SchemaError(f"{what} must be non-empty and unique, got {list(names)}")
-        if len(set(cameras)) != len(cameras):
-            raise SchemaError(f"camera names must be unique, got {list(cameras)}")
+        if len(cameras) == 0 or len(set(cameras)) != len(cameras):
+            # At least one: numbatraj's importer stores an images column (no zero extent).
+            raise SchemaError(f"camera names must be non-empty and unique, got {list(cameras)}")
         if not video_mb > 0 or not data_mb > 0:
             raise SchemaError(f"video_mb and data_mb must be positive, got {video_mb}, {data_mb}")
         self.fps = int(fps)

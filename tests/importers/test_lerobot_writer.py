@@ -176,8 +176,10 @@ def test_codec_and_setting_errors(tmp_path):
         LeRobotWriter(tmp_path / "b", **writer_args(fps=29.97))
     with pytest.raises(SchemaError, match="state_names must be non-empty and unique"):
         LeRobotWriter(tmp_path / "c", **writer_args(state_names=["a", "a"]))
-    with pytest.raises(SchemaError, match="camera names must be unique"):
+    with pytest.raises(SchemaError, match="camera names must be non-empty and unique"):
         LeRobotWriter(tmp_path / "d", **writer_args(cameras=["front", "front"]))
+    with pytest.raises(SchemaError, match=r"camera names must be non-empty and unique, got \[\]"):
+        LeRobotWriter(tmp_path / "e", **writer_args(cameras=[]))
 
 
 def test_existing_dataset_is_refused(tmp_path):
@@ -200,3 +202,29 @@ def test_example_records_rejects_and_imports(tmp_path):
     assert "3 episodes, 123 frames (rejected: [1])" in proc.stdout
     doc = json.load(open(tmp_path / "so101-synthetic" / S.REJECTED_PATH))
     assert doc == {"rejected_episodes": [1], "note": "gripper missed the cube"}
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_default_quality_keeps_every_frame_in_place(tmp_path, codec):
+    # LeRobot's CRF 30: lossy (the noise half of a frame is mostly lost), but every imported
+    # frame is closest to its own source frame among all frames of its episode (no shift, no
+    # mix-up), and the smooth upper half stays close.
+    rec = record(tmp_path / "ds", [6, 10], codec=codec, crf=None, texture=True)
+    import h5py
+
+    from numbatraj.importers.lerobot import import_lerobot_v3
+
+    out = str(tmp_path / "out.h5")
+    import_lerobot_v3(rec.root, out, height=H, width=W, progress=False)
+    with h5py.File(out, "r") as f:
+        images = f["images"][:]
+    row = 0
+    for e, n in enumerate(rec.lengths):
+        for j in range(n):
+            for slot, cam in enumerate(sorted(CAMERAS)):
+                got = images[row, slot].transpose(1, 2, 0).astype(np.int16)
+                errs = [np.abs(got - src.astype(np.int16)).mean() for src in rec.frames[cam][e]]
+                src = rec.frames[cam][e][j].astype(np.int16)
+                smooth = np.abs(got - src)[: H // 2].mean()
+                assert int(np.argmin(errs)) == j and smooth < 12, (e, j, cam, errs[j], smooth)
+            row += 1
