@@ -84,6 +84,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 _COMMAND_MODULES = (
     "numbatraj.importers._cli",
     "numbatraj.remote._cli",
+    "numbatraj.importers._cli_lerobot_write",
 )
 
 # Modules that add a ``numbatraj import <format>`` subcommand: ``register(import_subparsers)``.
