@@ -143,8 +143,10 @@ class CatalogDB:
             return list(cur.fetchall()) if cur.description else []
 
     def init_schema(self) -> None:
-        """Create the tables when absent."""
-        for stmt in _SCHEMA:
+        """Create the tables when absent (the recording tables included)."""
+        from numbatraj.remote._recording_db import RECORDING_SCHEMA
+
+        for stmt in (*_SCHEMA, *RECORDING_SCHEMA):
             self._exec(stmt)
 
     # -- datasets --------------------------------------------------------------------------

@@ -7,6 +7,8 @@ HTTP + JSON on the standard library's threading server::
     GET  /v1/datasets/<name>[?version=V]              read    a ready row + presigned GET
     POST /v1/datasets                                 write   register: pending + presigned PUT
     POST /v1/datasets/<name>/<version>/complete       write   check size + digest, then ready
+    ... /v1/recordings/<project>[/<dataset>[/...]]    recordings mirrored file by file
+                                                      (see :mod:`._recording_service`)
 
 Keys travel as ``Authorization: Bearer <key>``: none or an unknown one is ``401``, a read
 key on a write route ``403``.  With the embedded ``file://`` object backend the same process
@@ -150,6 +152,10 @@ class _Handler(BaseHTTPRequestHandler):
         ):
             self._auth("write")
             self._json(200, self._complete(check_name(segs[2]), check_version(segs[3])))
+        elif len(segs) >= 2 and segs[:2] == ["v1", "recordings"]:
+            from numbatraj.remote._recording_service import route_recording
+
+            route_recording(self, segs[2:])
         else:
             raise _HTTPError(404, f"no route {self.command} {path}")
 

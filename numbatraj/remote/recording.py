@@ -1,0 +1,296 @@
+"""Recording sync: mirror ``projects/<project>/datasets/<dataset>/`` through the catalog.
+
+:class:`RecordingSync` pushes a LeRobot v3.0 directory file by file, also while a
+checkpointing :class:`~numbatraj.importers.lerobot_writer.LeRobotWriter` is still recording
+into it.  Each pass:
+
+1. lists the files, skipping hidden ones and ``*.part`` (the video being encoded); if a data
+   or metadata file is newer than ``meta/info.json``, a checkpoint is half applied, so it
+   waits briefly and lists again;
+2. offers every file with its SHA-256, videos first, then data, then ``meta/`` with
+   ``info.json`` last; the service answers ``unchanged`` for what it already holds, so a
+   quiet ``--watch`` cycle costs one small request per file; new bytes go straight to the
+   object store through a presigned PUT;
+3. lists again: if an episode ended meanwhile (a file it offered changed), the pass is
+   repeated rather than committed;
+4. commits the snapshot.  The service replaces it atomically and refuses one whose
+   ``info.json`` names a video or data file it does not hold.
+
+Only reading the dataset, a watch can be stopped at any moment (Ctrl-C) without harm.
+:meth:`RecordingSync.pull` fetches the committed snapshot, metadata last.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+from numbatraj.errors import CatalogError, DownloadError, IntegrityError
+from numbatraj.io.download import fetch
+from numbatraj.io.hashing import sha256_file
+from numbatraj.remote._recording_db import check_dataset, check_project, check_rel_path
+from numbatraj.remote._recording_meta import (
+    INFO_PATH,
+    named_files,
+    order_key,
+    read_episode_tables,
+)
+from numbatraj.remote._recording_scan import HashCache, checkpoint_in_progress, scan_dataset
+from numbatraj.remote.client import RemoteCatalog, read_dotenv
+
+__all__ = [
+    "ENV_PROJECTS",
+    "PassResult",
+    "RecordingSync",
+    "WatchSummary",
+    "list_recordings",
+    "projects_root",
+]
+
+ENV_PROJECTS = "NUMBATRAJ_PROJECTS"
+
+
+def projects_root(env_file: str | os.PathLike[str] | None = ".env") -> str:
+    """``$NUMBATRAJ_PROJECTS`` (environment, then ``env_file``), else ``projects``."""
+    v = os.environ.get(ENV_PROJECTS) or (
+        read_dotenv(env_file).get(ENV_PROJECTS) if env_file is not None else None
+    )
+    return v.strip() if v and v.strip() else "projects"
+
+
+@dataclass
+class PassResult:
+    """One push pass: what was offered, sent, held back, and whether it was committed."""
+
+    committed: bool = False
+    offered: int = 0
+    unchanged: int = 0
+    uploaded: int = 0
+    uploaded_bytes: int = 0
+    held_back: list[str] = field(default_factory=list)
+    repeats: int = 0
+    episodes: int | None = None
+    note: str = ""
+
+
+@dataclass
+class WatchSummary:
+    """What :meth:`RecordingSync.watch` did before it stopped."""
+
+    cycles: int = 0
+    commits: int = 0
+    uploaded: int = 0
+    uploaded_bytes: int = 0
+    errors: list[str] = field(default_factory=list)
+    interrupted: bool = False
+    last: PassResult | None = None
+
+    def __str__(self) -> str:
+        how = "stopped by Ctrl-C" if self.interrupted else "done"
+        eps = "" if self.last is None or self.last.episodes is None else (
+            f", {self.last.episodes} episodes on the service")
+        return (f"{how}: {self.cycles} cycles, {self.commits} commits, {self.uploaded} files "
+                f"({self.uploaded_bytes} bytes) uploaded, {len(self.errors)} errors{eps}")
+
+
+class RecordingSync:
+    """Push / pull one recording through a catalog service.
+
+    Parameters
+    ----------
+    catalog : RemoteCatalog
+        A client with a write key (push) or any key (pull).
+    project, dataset : str
+        The recording's names; its directory is ``<projects root>/<project>/datasets/<dataset>``
+        unless ``root`` is given.
+    root : path-like, optional
+        The dataset directory.
+    settle_s : float
+        Pause before listing again when a checkpoint is half applied.
+    max_repeats : int
+        Passes repeated at most, in one :meth:`push_pass`, because the dataset moved.
+    """
+
+    def __init__(
+        self,
+        catalog: RemoteCatalog,
+        project: str,
+        dataset: str,
+        root: str | os.PathLike[str] | None = None,
+        *,
+        settle_s: float = 0.2,
+        max_repeats: int = 10,
+    ) -> None:
+        self.catalog = catalog
+        self.project = check_project(project)
+        self.dataset = check_dataset(dataset)
+        base = os.path.join(projects_root(), self.project, "datasets", self.dataset)
+        self.root = os.fspath(root) if root is not None else base
+        self.settle_s = float(settle_s)
+        self.max_repeats = int(max_repeats)
+        self._hashes = HashCache()
+        self._committed_files = 0
+        self._api = f"/v1/recordings/{quote(self.project)}/{quote(self.dataset)}"
+
+    # -- push ------------------------------------------------------------------------------
+
+    def _send(self, rel: str, sha: str, size: int, res: PassResult) -> int:
+        ans = self.catalog._call("POST", self._api + "/offer",
+                                 json={"path": rel, "sha256": sha, "bytes": size})
+        res.offered += 1
+        if ans["state"] == "unchanged":
+            res.unchanged += 1
+        elif ans["state"] == "upload":
+            self.catalog._upload(os.path.join(self.root, *rel.split("/")), ans["upload"])
+            self.catalog._call("POST", f"{self._api}/blobs/{sha}/complete")
+            res.uploaded += 1
+            res.uploaded_bytes += size
+        return int(ans.get("committed_files", -1))
+
+    def _one_pass(self, res: PassResult) -> dict[str, tuple[str, int]] | None:
+        """Offer everything once; the files offered, or None when the pass must be repeated."""
+        files = scan_dataset(self.root)
+        if checkpoint_in_progress(files):
+            res.note = "a checkpoint was being written"
+            return None
+        offered: dict[str, tuple[str, int]] = {}
+        committed = 0
+        res.held_back = []
+        for rel in sorted(files, key=order_key):
+            st = files[rel]
+            sha = self._hashes.digest(self.root, rel, st)
+            if sha is None:
+                res.held_back.append(rel)
+                if not rel.startswith("videos/"):
+                    res.note = f"{rel} changed while it was read"
+                    return None
+                continue
+            committed = self._send(check_rel_path(rel), sha, st.size, res)
+            offered[rel] = (sha, st.size)
+        after = scan_dataset(self.root)
+        moved = [p for p in offered if after.get(p) != files[p]]
+        if moved or checkpoint_in_progress(after):
+            res.note = f"an episode ended during the pass ({', '.join(moved[:3]) or 'meta'})"
+            return None
+        if INFO_PATH in offered:
+            info = os.path.join(self.root, "meta", "info.json")
+            with open(info, "rb") as f:
+                named = named_files(f.read(), read_episode_tables(self.root, list(offered)))
+            absent = sorted(named - offered.keys())
+            if absent:
+                res.note = f"{INFO_PATH} names files not yet readable: {', '.join(absent[:3])}"
+                return None
+        self._committed_files = committed
+        return offered
+
+    def push_pass(self) -> PassResult:
+        """One pass (repeated while the dataset moves under it), then a commit if needed.
+
+        Raises
+        ------
+        CatalogError, DownloadError
+            The service refused or could not be reached.
+        """
+        res = PassResult()
+        for attempt in range(self.max_repeats + 1):
+            res.repeats = attempt
+            before = (res.offered, res.unchanged)
+            offered = self._one_pass(res)
+            if offered is None:
+                time.sleep(self.settle_s)
+                continue
+            if not offered:
+                res.note = "nothing to push yet"
+                return res
+            quiet = res.unchanged - before[1] == res.offered - before[0]
+            if quiet and self._committed_files == len(offered):
+                res.note = "unchanged"
+                return res
+            body = {"files": {p: {"sha256": s, "bytes": n} for p, (s, n) in offered.items()}}
+            ans = self.catalog._call("POST", self._api + "/commit", json=body)
+            res.committed = True
+            res.episodes = ans.get("episodes")
+            res.note = f"committed {ans['files']} files"
+            return res
+        res.note = f"not committed: the dataset kept moving ({res.note})"
+        return res
+
+    def watch(
+        self,
+        every: float = 60.0,
+        *,
+        stop: threading.Event | None = None,
+        max_cycles: int | None = None,
+        on_pass: Any = None,
+    ) -> WatchSummary:
+        """Push a pass every ``every`` seconds until ``stop`` is set, ``max_cycles`` passes
+        ran, or Ctrl-C; a failed pass is recorded and the next cycle tries again."""
+        summary = WatchSummary()
+        stop = stop if stop is not None else threading.Event()
+        try:
+            while True:
+                try:
+                    res = self.push_pass()
+                except (CatalogError, DownloadError, IntegrityError) as exc:
+                    summary.errors.append(str(exc))
+                    res = PassResult(note=f"error: {exc}")
+                summary.cycles += 1
+                summary.commits += res.committed
+                summary.uploaded += res.uploaded
+                summary.uploaded_bytes += res.uploaded_bytes
+                summary.last = res
+                if on_pass is not None:
+                    on_pass(res)
+                if max_cycles is not None and summary.cycles >= max_cycles:
+                    break
+                if stop.wait(every):
+                    break
+        except KeyboardInterrupt:
+            summary.interrupted = True
+        return summary
+
+    # -- pull ------------------------------------------------------------------------------
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """The service's committed files (path, sha256, bytes, download)."""
+        return list(self.catalog._call("GET", self._api)["files"])
+
+    def pull(self, dest: str | os.PathLike[str] | None = None) -> tuple[int, int]:
+        """Fetch the committed snapshot into ``dest`` (default: the dataset directory).
+
+        Files already matching are kept; ``meta/info.json`` is removed first when it differs
+        and fetched last, so an interrupted pull never leaves new data beside old metadata
+        that would claim it is complete.  Returns ``(files fetched, bytes fetched)``.
+        """
+        dest = os.fspath(dest) if dest is not None else self.root
+        files = sorted(self.snapshot(), key=lambda f: order_key(f["path"]))
+        for f in files:
+            check_rel_path(f["path"])  # a path from the service is not trusted either
+        info = os.path.join(dest, "meta", "info.json")
+        want = {f["path"]: f for f in files}
+        if os.path.isfile(info) and (
+            INFO_PATH not in want or sha256_file(info) != want[INFO_PATH]["sha256"]
+        ):
+            os.unlink(info)
+        got = moved = 0
+        for f in files:
+            local = os.path.join(dest, *f["path"].split("/"))
+            if os.path.isfile(local) and os.path.getsize(local) == f["bytes"]:
+                if sha256_file(local) == f["sha256"]:
+                    continue
+            dl = f["download"]
+            r = fetch(dl["url"], local, sha256=f["sha256"], size=f["bytes"],
+                      headers=dl.get("headers") or None, **self.catalog.fetch_options)
+            got += 1
+            moved += r.bytes_downloaded
+        return got, moved
+
+
+def list_recordings(catalog: RemoteCatalog, project: str) -> list[dict[str, Any]]:
+    """Committed datasets of ``project``: files, bytes, episodes, frames, updated_at."""
+    ans = catalog._call("GET", f"/v1/recordings/{quote(check_project(project))}")
+    return list(ans["datasets"])
