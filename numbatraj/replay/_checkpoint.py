@@ -37,6 +37,7 @@ def _config(rep: Any) -> dict[str, Any]:
     ]
     ere = rep.ere
     return {
+        "kind": "StoreReplay",
         "columns": cols,
         "capacity": rep.capacity,
         "demo_capacity": rep.demo_capacity,
@@ -124,6 +125,11 @@ def load_replay(cls: type, path: str | os.PathLike[str]) -> Any:
             state = json.loads(f.attrs["state"])
         except (KeyError, ValueError) as exc:
             raise IntegrityError(f"checkpoint {path!r}: unreadable config/state: {exc}") from exc
+        if cfg.get("kind", "StoreReplay") != "StoreReplay":
+            raise IntegrityError(
+                f"{path!r} is a {cfg['kind']} checkpoint; load it with that class (host and "
+                f"device streams differ)"
+            )
         cols = [
             ColumnSpec(c["name"], np.dtype(c["dtype"]), tuple(c["shape"])) for c in cfg["columns"]
         ]

@@ -1,7 +1,7 @@
 """One minibatch lane of the device replay: which physical row lane ``i`` draws.
 
 The device replay draws every lane independently from the ring state held in device memory
-(``istate`` int64: cursor, size, n_demo, draw, blocks_done, skipped, ere_k, ere_K), so a
+(``istate`` int64: cursor, size, n_demo, draw, (unused), skipped, ere_k, ere_K), so a
 sampling launch needs no host value that changes between calls.  The bodies ending in
 ``_py`` are compiled here for the host (the *host twin*, which the tests run against the
 device) and in ``_ring_cuda.py`` / ``_sumtree_cuda.py`` as CUDA device functions.
@@ -24,13 +24,13 @@ from numbatraj.replay._ring_kernels import physical_row
 from numbatraj.samplers._philox import philox_index
 
 __all__ = [
-    "CURSOR", "SIZE", "N_DEMO", "DRAW", "BLOCKS", "SKIPPED", "ERE_K", "ERE_BIGK", "N_STATE",
+    "CURSOR", "SIZE", "N_DEMO", "DRAW", "SKIPPED", "ERE_K", "ERE_BIGK", "N_STATE",
     "MAXP", "BETA", "N_FSTATE",
     "demo_lanes", "ere_size", "uniform_lane", "per_lane", "uniform_lanes_cpu", "per_lanes_cpu",
 ]
 
 # slots of the int64 device state
-CURSOR, SIZE, N_DEMO, DRAW, BLOCKS, SKIPPED, ERE_K, ERE_BIGK = range(8)
+CURSOR, SIZE, N_DEMO, DRAW, _UNUSED, SKIPPED, ERE_K, ERE_BIGK = range(8)
 N_STATE = 8
 # slots of the float64 device state
 MAXP, BETA = 0, 1

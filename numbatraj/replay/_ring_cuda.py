@@ -59,9 +59,7 @@ demo_lanes_dev = _Dev.demo_lanes
 window_dev = _Dev.window
 uniform_lane_dev = _Dev.uniform_lane
 
-_CURSOR, _SIZE, _N_DEMO, _DRAW, _BLOCKS = (
-    _lanes.CURSOR, _lanes.SIZE, _lanes.N_DEMO, _lanes.DRAW, _lanes.BLOCKS
-)
+_CURSOR, _SIZE, _N_DEMO, _DRAW = _lanes.CURSOR, _lanes.SIZE, _lanes.N_DEMO, _lanes.DRAW
 _ERE_K, _ERE_BIGK = _lanes.ERE_K, _lanes.ERE_BIGK
 
 
@@ -109,23 +107,19 @@ def _set_ere_step_cuda(istate, k, big_k):  # type: ignore[no-untyped-def]
 
 
 # --------------------------------------------------------------------------- draws
-@cuda.jit(device=True)
-def advance_draw_dev(istate, d):  # type: ignore[no-untyped-def]
-    """After a block's lanes are written: the last block to finish advances the draw."""
-    cuda.syncthreads()  # type: ignore[call-arg]
-    if cuda.threadIdx.x == 0:
-        cuda.threadfence()
-        prev = cuda.atomic.add(istate, _BLOCKS, 1)
-        if prev == cuda.gridDim.x - 1:
-            istate[_BLOCKS] = 0
-            istate[_DRAW] = d + 1
-            cuda.threadfence()
+@cuda.jit
+def _next_draw_cuda(istate):  # type: ignore[no-untyped-def]
+    """Advance the draw counter (one thread), launched after a draw kernel: stream order,
+    not block scheduling, guarantees every lane of the draw has read the old value."""
+    if cuda.grid(1) == 0:  # type: ignore[call-arg]
+        istate[_DRAW] += 1
 
 
 @cuda.jit
 def _uniform_draw_cuda(istate, k0, k1, ring_base, ring_cap, fraction, ere, eta, c_min, out):  # type: ignore[no-untyped-def]
     """Lane ``i`` writes ``out[i]``: the physical row of draw ``istate[DRAW]`` (device twin of
-    ``_lanes.uniform_lanes_cpu``).  Size, cursor and draw come from device memory."""
+    ``_lanes.uniform_lanes_cpu``, followed by ``_next_draw_cuda``).  Size, cursor and draw
+    come from device memory."""
     i = cuda.grid(1)  # type: ignore[call-arg,var-annotated]  # (stub lacks defaults)
     b = out.shape[0]
     d = istate[_DRAW]
@@ -136,7 +130,6 @@ def _uniform_draw_cuda(istate, k0, k1, ring_base, ring_cap, fraction, ere, eta, 
     if i < b:
         out[i] = uniform_lane_dev(i, m, np.uint64(d), k0, k1, n_demo, ring_base, ring_cap, size,
                                   istate[_CURSOR], c)
-    advance_draw_dev(istate, d)
 
 
 # --------------------------------------------------------------------------- gathers
@@ -182,6 +175,7 @@ PTX_SIGNATURES: list[tuple[Any, str]] = [
     (_set_state_cuda, "void(int64[::1], int64, int64, int64)"),
     (_set_ere_step_cuda, "void(int64[::1], int64, int64)"),
     (_uniform_draw_cuda, _DRAW_SIG),
+    (_next_draw_cuda, "void(int64[::1])"),
 ]
 
 

@@ -69,19 +69,26 @@ physical_row = njit_kernel(physical_row_py)
 def ring_put_cpu(dst, src, ring_base, ring_cap, cursor):  # type: ignore[no-untyped-def]
     """Write the rows of ``src`` into the ring of ``dst`` starting at slot ``cursor``.
 
-    ``dst`` is ``(capacity, e)`` and ``src`` the flat ``(n * e,)`` elements of ``n`` rows, of
-    the same dtype.  Row ``i`` goes to physical row ``ring_base + (cursor + i) mod
-    ring_cap``; when ``n > ring_cap`` only the newest ``ring_cap`` rows are written (the
-    older ones would be overwritten by the same batch anyway).
+    ``dst`` is C-contiguous ``(capacity, e)`` and ``src`` the flat ``(n * e,)`` elements of
+    ``n`` rows, of the same dtype.  Row ``i`` goes to physical row ``ring_base + (cursor + i)
+    mod ring_cap``; when ``n > ring_cap`` only the newest ``ring_cap`` rows are written (the
+    older ones would be overwritten by the same batch anyway).  The rows go as at most two
+    contiguous runs (before and after the wrap), each a flat copy the compiler vectorizes.
     """
     e = dst.shape[1]
     n = src.shape[0] // e
-    skip = ring_skip(n, ring_cap)
-    for i in range(skip, n):
-        r = ring_base + ring_slot(cursor, i, ring_cap)
-        k = i * e
-        for j in range(e):
-            dst[r, j] = src[k + j]
+    flat = dst.reshape(dst.shape[0] * e)
+    i = ring_skip(n, ring_cap)
+    pos = ring_slot(cursor, i, ring_cap)
+    while i < n:
+        run = min(n - i, ring_cap - pos)
+        m = run * e
+        d = flat[(ring_base + pos) * e : (ring_base + pos) * e + m]  # views: LLVM then
+        s = src[i * e : i * e + m]  # vectorizes the copy (indexing the parents does not)
+        for k in range(m):
+            d[k] = s[k]
+        i += run
+        pos = 0
 
 
 @njit_kernel

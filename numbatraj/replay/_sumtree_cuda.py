@@ -22,7 +22,7 @@ import numpy as np
 from numba import cuda
 
 from numbatraj.replay import _lanes
-from numbatraj.replay._ring_cuda import advance_draw_dev, dev
+from numbatraj.replay._ring_cuda import dev
 
 __all__ = ["PTX_SIGNATURES"]
 
@@ -41,7 +41,8 @@ def _per_draw_cuda(  # type: ignore[no-untyped-def]
     istate, fstate, sums, mins, p, gen, k0, k1, ring_base, ring_cap, fraction, ere, eta, c_min,
     out, weights, stamps,
 ):
-    """Prioritized lanes of draw ``istate[DRAW]`` (device twin of ``_lanes.per_lanes_cpu``)."""
+    """Prioritized lanes of draw ``istate[DRAW]`` (device twin of ``_lanes.per_lanes_cpu``,
+    followed by ``_next_draw_cuda``)."""
     i = cuda.grid(1)  # type: ignore[call-arg,var-annotated]  # (stub lacks defaults)
     b = out.shape[0]
     d = istate[_DRAW]
@@ -56,7 +57,6 @@ def _per_draw_cuda(  # type: ignore[no-untyped-def]
         out[i] = leaf
         weights[i] = w
         stamps[i] = gen[leaf]
-    advance_draw_dev(istate, d)
 
 
 @cuda.jit

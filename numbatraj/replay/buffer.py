@@ -104,6 +104,12 @@ class StoreReplay:
             else:
                 self._plan[name] = (q, e, None)
             self._data[name] = arr
+        #: (name, (capacity, e) storage, quantisation) of every column with elements
+        self._put_plan = tuple(
+            (n, self._rows2d[n], self._cols.quant.get(n))
+            for n in self._cols.names
+            if self._cols.row_elems(n)
+        )
         self._cursor = 0
         self._size = 0
         self._n_demo = 0
@@ -201,17 +207,12 @@ class StoreReplay:
 
     # ------------------------------------------------------------------ writes
     def _put(self, arrays: dict[str, np.ndarray], base: int, cap: int, cur: int) -> None:
-        for name, a in arrays.items():
-            q, e, _ = self._plan[name]
-            if not e:
-                continue
-            src = a.reshape(-1)  # a view when C-contiguous, else a C-order copy
+        for name, dst, q in self._put_plan:
+            src = arrays[name].ravel()  # a view when C-contiguous, else a C-order copy
             if q is None:
-                _rk.ring_put_cpu(self._rows2d[name], src, base, cap, cur)
+                _rk.ring_put_cpu(dst, src, base, cap, cur)
             else:
-                _qk.ring_put_quantize_cpu(
-                    self._rows2d[name], src, base, cap, cur, q.low, q.high, q.scale
-                )
+                _qk.ring_put_quantize_cpu(dst, src, base, cap, cur, q.low, q.high, q.scale)
 
     def add(self, **rows: Any) -> int:
         """Insert one row or a batch of ``n`` rows of every column into the ring.

@@ -117,14 +117,17 @@ class ReplayColumns:
         n = -1
         for name, spec, nd in self._items:
             v = rows[name]
-            if type(v) is not np.ndarray:
+            if type(v) is np.ndarray:
+                dt = v.dtype
+                if dt is not spec.dtype and dt != spec.dtype:
+                    raise SchemaError(
+                        f"{what}: column {name!r} is {spec.dtype.name}, got {dt.name} (no "
+                        f"silent casts: convert with .astype(np.{spec.dtype.name}) if intended)"
+                    )
+                vs = v.shape
+            else:
                 v = _coerce(name, spec, v, what)
-            elif v.dtype != spec.dtype:
-                raise SchemaError(
-                    f"{what}: column {name!r} is {spec.dtype.name}, got {v.dtype.name} "
-                    f"(no silent casts: convert with .astype(np.{spec.dtype.name}) if intended)"
-                )
-            vs = tuple(v.shape)
+                vs = tuple(v.shape)
             if vs == spec.shape:
                 m = 1
             elif len(vs) == nd + 1 and vs[1:] == spec.shape:

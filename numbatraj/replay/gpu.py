@@ -283,6 +283,7 @@ class StoreReplayGpu:
             rc._uniform_draw_cuda[g, rc.THREADS_PER_BLOCK](
                 self._istate, self._k0, self._k1, self._d, self._r, frac, ere, eta, c_min, idx
             )
+        rc._next_draw_cuda[1, 1](self._istate)
         return batch
 
     def _check_outputs(self, outputs: Mapping[str, Any], b: int) -> None:
@@ -396,6 +397,44 @@ class StoreReplayGpu:
         skipped = int(st[_lanes.SKIPPED])
         self._istate[_lanes.SKIPPED : _lanes.SKIPPED + 1].copy_to_device(np.zeros(1, np.int64))
         return skipped
+
+    # ------------------------------------------------------------------ files
+    def save(self, path: Any) -> None:
+        """Checkpoint rows, ring state, sum-tree and Philox counter (atomic rename)."""
+        from numbatraj.replay._checkpoint_gpu import save_replay_gpu
+
+        save_replay_gpu(self, path)
+
+    @classmethod
+    def load(cls, path: Any) -> StoreReplayGpu:
+        """A device replay restored from :meth:`save`; it draws what the saved one would."""
+        from numbatraj.replay._checkpoint_gpu import load_replay_gpu
+
+        return load_replay_gpu(cls, path)
+
+    def to_host(self) -> Any:
+        """A uniform :class:`StoreReplay` holding the same rows and ring state (synchronises)."""
+        from numbatraj.replay.buffer import StoreReplay
+
+        host = StoreReplay(self._cols.specs.values(), self._capacity, seed=self._seed,
+                           quantize={n: (q.low, q.high) for n, q in self._cols.quant.items()},
+                           demo_capacity=self._d)
+        for name in self._cols.names:
+            host._data[name][...] = self.storage(name)
+        host._cursor, host._size, host._n_demo = self._cursor, self._size, self._n_demo
+        host._n_added = self._n_added
+        return host
+
+    def dump(self, path: Any, *, env_id: str | None = None, overwrite: bool = False) -> int:
+        """As :meth:`StoreReplay.dump` (through a host copy)."""
+        return int(self.to_host().dump(path, env_id=env_id, overwrite=overwrite))
+
+    @classmethod
+    def from_store(cls, store: Any, capacity: int, **kwargs: Any) -> StoreReplayGpu:
+        """As :meth:`StoreReplay.from_store`."""
+        from numbatraj.replay._store_io import replay_from_store
+
+        return replay_from_store(cls, store, capacity, **kwargs)  # type: ignore[no-any-return]
 
     def __repr__(self) -> str:
         kind = "prioritized" if self._prioritized else "uniform"

@@ -174,3 +174,42 @@ def test_errors_and_buffer_reuse():
         gpu.sample_indices(4)
     gpu.set_ere_step(1, 2)
     gpu.sample_indices(4)  # k, K now live in device memory
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_checkpoint_resumes_the_device_streams(tmp_path, prioritized):
+    gpu, cpu = _pair(prioritized=prioritized, demo_capacity=4, demo_fraction=0.25)
+    _fill(gpu, cpu, demos=2)
+    first = gpu.sample_indices(16)
+    if prioritized:
+        gpu.update_priorities(first, np.linspace(0, 2, 16))
+    path = tmp_path / "gpu.ckpt"
+    gpu.save(path)
+    back = type(gpu).load(path)
+    for name in cpu.columns:
+        np.testing.assert_array_equal(back.storage(name), gpu.storage(name))
+    if prioritized:
+        np.testing.assert_array_equal(back._sums.copy_to_host(), gpu._sums.copy_to_host())
+        np.testing.assert_array_equal(back._mins.copy_to_host(), gpu._mins.copy_to_host())
+    for _ in range(2):
+        a, b = gpu.sample_indices(16), back.sample_indices(16)
+        np.testing.assert_array_equal(a.indices.copy_to_host(), b.indices.copy_to_host())
+        if prioritized:
+            np.testing.assert_array_equal(a.weights.copy_to_host(), b.weights.copy_to_host())
+            assert gpu.update_priorities(a, np.ones(16)) == back.update_priorities(b, np.ones(16))
+    from numbatraj.errors import IntegrityError
+
+    with pytest.raises(IntegrityError, match="StoreReplayGpu checkpoint"):
+        StoreReplay.load(path)
+    cpu.save(tmp_path / "cpu.ckpt")
+    with pytest.raises(IntegrityError, match="StoreReplay checkpoint"):
+        type(gpu).load(tmp_path / "cpu.ckpt")
+
+
+def test_dump_and_from_store_through_the_host(tmp_path):
+    gpu, cpu = _pair()
+    _fill(gpu, cpu)
+    assert gpu.dump(tmp_path / "g.h5") == cpu.dump(tmp_path / "c.h5")
+    back = type(gpu).from_store(tmp_path / "g.h5", 6, quantize=QUANT)
+    host = back.to_host()
+    np.testing.assert_array_equal(row_ids(host.rows()), row_ids(cpu.rows())[-6:])
