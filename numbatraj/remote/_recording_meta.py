@@ -9,7 +9,6 @@ table's ``videos/<camera>/{chunk,file}_index`` and ``data/{chunk,file}_index`` c
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,7 +20,6 @@ __all__ = [
     "named_files",
     "order_key",
     "parse_info",
-    "read_episode_tables",
 ]
 
 INFO_PATH = "meta/info.json"
@@ -104,14 +102,3 @@ def order_key(path: str) -> tuple[int, str]:
     else:
         rank = 2
     return rank, path
-
-
-def read_episode_tables(root: str, paths: list[str]) -> dict[str, bytes]:
-    """Contents of the episode-table files among ``paths`` (relative to ``root``)."""
-    out: dict[str, bytes] = {}
-    for p in paths:
-        if p.startswith(EPISODES_PREFIX) and p.endswith(".parquet"):
-            with open(os.path.join(root, *p.split("/")), "rb") as f:
-                out[p] = f.read()
-    return out
-

@@ -9,11 +9,13 @@ is held back.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 from dataclasses import dataclass
+from typing import Any
 
-from numbatraj.io.hashing import sha256_file
+from numbatraj.io.hashing import HASH_BLOCK_BYTES, sha256_file
 from numbatraj.remote._recording_meta import INFO_PATH
 
 __all__ = ["FileStat", "HashCache", "checkpoint_in_progress", "scan_dataset"]
@@ -93,3 +95,21 @@ class HashCache:
             return None
         self._known[rel] = (before, sha)
         return sha
+
+    def digest_open(self, rel: str, f: Any, before: FileStat) -> str | None:
+        """The digest of the open file ``f`` (``rel``, stat ``before`` when listed), or None
+        when the descriptor is not that version or it changed while being read."""
+        if FileStat.of(os.fstat(f.fileno())) != before:
+            return None
+        known = self._known.get(rel)
+        if known is not None and known[0] == before:
+            return known[1]
+        h = hashlib.sha256()
+        f.seek(0)
+        for block in iter(lambda: f.read(HASH_BLOCK_BYTES), b""):
+            h.update(block)
+        self.hashed_bytes += before.size
+        if FileStat.of(os.fstat(f.fileno())) != before:
+            return None
+        self._known[rel] = (before, h.hexdigest())
+        return h.hexdigest()

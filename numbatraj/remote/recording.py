@@ -7,14 +7,17 @@ into it.  Each pass:
 1. lists the files, skipping hidden ones and ``*.part`` (the video being encoded); if a data
    or metadata file is newer than ``meta/info.json``, a checkpoint is half applied, so it
    waits briefly and lists again;
-2. offers every file with its SHA-256, videos first, then data, then ``meta/`` with
+2. freezes a checkpoint: opens and hashes the data and metadata files, lists again and
+   starts over if an episode ended meanwhile; the open descriptors keep those bytes
+   whatever the writer renames over them later;
+3. offers every file with its SHA-256, videos first, then data, then ``meta/`` with
    ``info.json`` last; the service answers ``unchanged`` for what it already holds, so a
    quiet ``--watch`` cycle costs one small request per file; new bytes go straight to the
    object store through a presigned PUT;
-3. lists again: if an episode ended meanwhile (a file it offered changed), the pass is
-   repeated rather than committed;
-4. commits the snapshot.  The service replaces it atomically and refuses one whose
-   ``info.json`` names a video or data file it does not hold.
+4. commits the snapshot (once ``meta/info.json`` exists: before the first checkpoint there
+   is no dataset to commit, though the files already offered stay on the service).  The
+   service replaces it atomically and refuses one whose ``info.json`` names a video or data
+   file it does not hold.
 
 Only reading the dataset, a watch can be stopped at any moment (Ctrl-C) without harm.
 :meth:`RecordingSync.pull` fetches the committed snapshot, metadata last.
@@ -29,17 +32,19 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
+import requests
+
 from numbatraj.errors import CatalogError, DownloadError, IntegrityError
-from numbatraj.io.download import fetch
+from numbatraj.io.download import fetch, redact_url
 from numbatraj.io.hashing import sha256_file
 from numbatraj.remote._recording_db import check_dataset, check_project, check_rel_path
-from numbatraj.remote._recording_meta import (
-    INFO_PATH,
-    named_files,
-    order_key,
-    read_episode_tables,
+from numbatraj.remote._recording_meta import INFO_PATH, named_files, order_key
+from numbatraj.remote._recording_scan import (
+    FileStat,
+    HashCache,
+    checkpoint_in_progress,
+    scan_dataset,
 )
-from numbatraj.remote._recording_scan import HashCache, checkpoint_in_progress, scan_dataset
 from numbatraj.remote.client import RemoteCatalog, read_dotenv
 
 __all__ = [
@@ -138,54 +143,127 @@ class RecordingSync:
 
     # -- push ------------------------------------------------------------------------------
 
-    def _send(self, rel: str, sha: str, size: int, res: PassResult) -> int:
+    def _put(self, rel: str, f: Any, st: FileStat, upload: dict[str, Any]) -> bool:
+        """PUT the frozen version of ``rel`` from the open file ``f``; False when it was
+        modified in place since it was hashed."""
+        if FileStat.of(os.fstat(f.fileno())) != st:
+            return False
+        f.seek(0)
+        headers = {str(k): str(v) for k, v in (upload.get("headers") or {}).items()}
+        headers["Content-Length"] = str(st.size)
+        url = upload["url"]
+        path = os.path.join(self.root, *rel.split("/"))
+        try:
+            resp = requests.request(upload.get("method", "PUT"), url, data=f, headers=headers,
+                                    timeout=(30, 300))
+        except requests.RequestException as exc:
+            raise DownloadError(f"upload of {path} to {redact_url(url)} failed: {exc}") from None
+        if resp.status_code >= 300:
+            raise DownloadError(f"upload of {path} to {redact_url(url)}: HTTP "
+                                f"{resp.status_code}: {resp.text[:300].strip()}")
+        return True
+
+    def _send(self, rel: str, sha: str, st: FileStat, f: Any, res: PassResult) -> int | None:
+        """Offer one file (upload it if asked); the service's committed-file count, or None
+        when the file changed before it could be sent."""
         ans = self.catalog._call("POST", self._api + "/offer",
-                                 json={"path": rel, "sha256": sha, "bytes": size})
+                                 json={"path": rel, "sha256": sha, "bytes": st.size})
         res.offered += 1
         if ans["state"] == "unchanged":
             res.unchanged += 1
         elif ans["state"] == "upload":
-            self.catalog._upload(os.path.join(self.root, *rel.split("/")), ans["upload"])
+            if f is None:
+                try:
+                    f = open(os.path.join(self.root, *rel.split("/")), "rb")  # noqa: SIM115
+                except FileNotFoundError:
+                    return None
+                with f:
+                    ok = self._put(rel, f, st, ans["upload"])
+            else:
+                ok = self._put(rel, f, st, ans["upload"])
+            if not ok:
+                return None
             self.catalog._call("POST", f"{self._api}/blobs/{sha}/complete")
             res.uploaded += 1
-            res.uploaded_bytes += size
+            res.uploaded_bytes += st.size
         return int(ans.get("committed_files", -1))
 
-    def _one_pass(self, res: PassResult) -> dict[str, tuple[str, int]] | None:
-        """Offer everything once; the files offered, or None when the pass must be repeated."""
+    def _freeze(
+        self, res: PassResult, handles: dict[str, Any]
+    ) -> dict[str, tuple[str, FileStat]] | None:
+        """The local half of a pass: a consistent set of files and their digests.
+
+        Data and metadata files are opened and kept open: a writer replaces them by rename,
+        so the open descriptors keep this checkpoint's bytes whatever happens next.  Videos
+        are written once (under ``.part``, then renamed) and are read by name.  None when a
+        checkpoint landed meanwhile (the caller repeats the pass).
+        """
         files = scan_dataset(self.root)
         if checkpoint_in_progress(files):
             res.note = "a checkpoint was being written"
             return None
-        offered: dict[str, tuple[str, int]] = {}
-        committed = 0
+        frozen: dict[str, tuple[str, FileStat]] = {}
         res.held_back = []
         for rel in sorted(files, key=order_key):
             st = files[rel]
-            sha = self._hashes.digest(self.root, rel, st)
-            if sha is None:
-                res.held_back.append(rel)
-                if not rel.startswith("videos/"):
+            if rel.startswith("videos/"):
+                sha = self._hashes.digest(self.root, rel, st)
+                if sha is None:
+                    res.held_back.append(rel)  # still being written
+                    continue
+            else:
+                try:
+                    f = open(os.path.join(self.root, *rel.split("/")), "rb")  # noqa: SIM115
+                except FileNotFoundError:
+                    res.note = f"{rel} was replaced while it was read"
+                    return None
+                handles[rel] = f
+                got = self._hashes.digest_open(rel, f, st)
+                if got is None:
                     res.note = f"{rel} changed while it was read"
                     return None
-                continue
-            committed = self._send(check_rel_path(rel), sha, st.size, res)
-            offered[rel] = (sha, st.size)
+                sha = got
+            frozen[rel] = (sha, st)
         after = scan_dataset(self.root)
-        moved = [p for p in offered if after.get(p) != files[p]]
+        moved = [p for p in frozen if after.get(p) != files[p]]
         if moved or checkpoint_in_progress(after):
             res.note = f"an episode ended during the pass ({', '.join(moved[:3]) or 'meta'})"
             return None
-        if INFO_PATH in offered:
-            info = os.path.join(self.root, "meta", "info.json")
-            with open(info, "rb") as f:
-                named = named_files(f.read(), read_episode_tables(self.root, list(offered)))
-            absent = sorted(named - offered.keys())
+        if INFO_PATH in frozen:
+            def content(rel: str) -> bytes:
+                handles[rel].seek(0)
+                return bytes(handles[rel].read())
+
+            tables = {p: content(p) for p in handles if p.startswith("meta/episodes/")
+                      and p.endswith(".parquet")}
+            named = named_files(content(INFO_PATH), tables)
+            absent = sorted(named - frozen.keys())
             if absent:
                 res.note = f"{INFO_PATH} names files not yet readable: {', '.join(absent[:3])}"
                 return None
-        self._committed_files = committed
-        return offered
+        return frozen
+
+    def _one_pass(self, res: PassResult) -> dict[str, tuple[str, int]] | None:
+        """Freeze, then offer everything once; the files offered, or None to repeat."""
+        handles: dict[str, Any] = {}
+        try:
+            frozen = self._freeze(res, handles)
+            if frozen is None:
+                return None
+            offered: dict[str, tuple[str, int]] = {}
+            committed = 0
+            for rel, (sha, st) in frozen.items():
+                answer = self._send(check_rel_path(rel), sha, st, handles.get(rel), res)
+                if answer is None:
+                    res.note = f"{rel} changed before it was sent"
+                    return None
+                committed = answer
+                offered[rel] = (sha, st.size)
+            self._committed_files = committed
+            return offered
+        finally:
+            for f in handles.values():
+                f.close()
 
     def push_pass(self) -> PassResult:
         """One pass (repeated while the dataset moves under it), then a commit if needed.
@@ -203,8 +281,8 @@ class RecordingSync:
             if offered is None:
                 time.sleep(self.settle_s)
                 continue
-            if not offered:
-                res.note = "nothing to push yet"
+            if INFO_PATH not in offered:
+                res.note = f"no {INFO_PATH} yet: files offered, nothing committed"
                 return res
             quiet = res.unchanged - before[1] == res.offered - before[0]
             if quiet and self._committed_files == len(offered):

@@ -243,3 +243,25 @@ def test_cli_push_pull_list_with_projects_root(
     assert out[0].split() == ["dataset", "files", "bytes", "episodes", "frames"]
     assert out[1].split()[:2] == ["cube", "6"] and out[1].split()[3:] == ["2", "6"]
     assert run_cli("push", "--project", "so101", "--dataset", "nope") == 1
+
+
+def test_episode_ending_mid_pass_repeats_the_pass(tmp_path: Path, catalog: Catalog) -> None:
+    src = tmp_path / "rec"
+    write_fake(src, 2)
+    sync = RecordingSync(catalog.client(), "p", "d", src, settle_s=0.01)
+    real = sync._hashes.digest_open
+    hits: list[str] = []
+
+    def digest_open(rel: str, f: Any, st: Any) -> Any:
+        hits.append(rel)
+        if len(hits) == 1:  # the writer checkpoints episode 3 while the pass reads
+            write_fake(src, 3, stamp=7)
+        return real(rel, f, st)
+
+    sync._hashes.digest_open = digest_open  # type: ignore[method-assign]
+    res = sync.push_pass()
+    assert res.committed and res.repeats == 1 and res.episodes == 3
+    out = tmp_path / "out"
+    RecordingSync(catalog.client(write=False), "p", "d").pull(out)
+    assert tree(out) == {p: b for p, b in tree(src).items()}
+    assert pq.read_table(out / "data/chunk-000/file-000.parquet").column("stamp")[0].as_py() == 7
