@@ -332,13 +332,14 @@ class StoreReplay:
         weights = np.empty(b, dtype=np.float32)
         t = self._sampler.tree
         beta = self._sampler.beta
+        scratch = np.empty((2, b), dtype=np.float64)
         if m:
             _pk.sample_ranges_cpu(t.sums, t.mins, t.n_leaves_padded, self._gen.random(m), beta,
-                                  0, self._n_demo, 0, 0, idx[:m], weights[:m])
+                                  0, self._n_demo, 0, 0, idx[:m], weights[:m], scratch[:, :m])
         if b - m:
             lo0, hi0, lo1, hi1 = _draw.window_ranges(self._d, self._r, self._cursor, c)
             _pk.sample_ranges_cpu(t.sums, t.mins, t.n_leaves_padded, self._gen.random(b - m),
-                                  beta, lo0, hi0, lo1, hi1, idx[m:], weights[m:])
+                                  beta, lo0, hi0, lo1, hi1, idx[m:], weights[m:], scratch[:, m:])
         return IndexBatch(idx, weights=weights, stamps=self._sampler.generation(idx))
 
     def _gather(self, idx: np.ndarray, outputs: Mapping[str, np.ndarray]) -> None:

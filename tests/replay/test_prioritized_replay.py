@@ -79,7 +79,16 @@ def test_sample_ranges_kernel_matches_reference(ranges, beta, rng):
     out = np.empty(400, np.int64)
     w = np.empty(400, np.float32)
     (lo0, hi0), (lo1, hi1) = ranges[0], (ranges[1] if len(ranges) > 1 else (0, 0))
-    pk.sample_ranges_cpu(tree.sums, tree.mins, tree.n_leaves_padded, u, beta, lo0, hi0, lo1, hi1, out, w)
+    pk.sample_ranges_cpu(tree.sums, tree.mins, tree.n_leaves_padded, u, beta, lo0, hi0, lo1, hi1, out, w,
+                         np.empty((2, 400)))
+    # the per-draw body the device runs takes the same path
+    for i in range(0, 400, 37):
+        x = (i + u[i]) * (leaves[lo0:hi0].sum() + leaves[lo1:hi1].sum()) / 400
+        first = x < leaves[lo0:hi0].sum() or hi1 == lo1
+        m = pk.prefix_mass(tree.sums, tree.n_leaves_padded, lo0 if first else lo1) + (
+            x if first else x - leaves[lo0:hi0].sum())
+        leaf = pk.descend(tree.sums, tree.n_leaves_padded, m)
+        assert min(max(leaf, lo0 if first else lo1), (hi0 if first else hi1) - 1) == out[i]
     ref_rows, ref_w = sample_ranges_ref(leaves, ranges, u, beta)
     np.testing.assert_array_equal(out, ref_rows)
     np.testing.assert_allclose(w, ref_w, rtol=1e-6)
