@@ -19,7 +19,7 @@ from numbatraj.io.archive import COMPLETE_MARKER
 from numbatraj.remote import ENV_KEY, ENV_URL, _cli_assets
 from numbatraj.remote import assets as assets_mod
 from numbatraj.remote.assets import declared_packs, pack_status, pull_packs, where_packs
-from tests.io.test_archive import GOOD, _sym, write_archive
+from tests.io.test_archive import GOOD, HOSTILE, _sym, write_archive
 from tests.remote.conftest import Catalog
 
 
@@ -332,3 +332,19 @@ def test_states_foreign_dest_and_new_version(
     assert pack_status(decl2).state == "cached"
     n = len(server.log)
     assert pull_packs([decl2])[0].downloaded == 0 and len(server.log) == n
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE))
+def test_hostile_pack_is_refused_and_dest_stays_empty(
+    tmp_path: Path, server: FileServer, env: dict[str, str], kind: str,
+) -> None:
+    member, why = HOSTILE[kind]
+    evil = archive_bytes(tmp_path, "evil.tar.zst", [*GOOD, member])
+    server.files["/evil.tar.zst"] = evil
+    kv = declare(Path.cwd() / "env/assets.kv",
+                 pack("evil@v1", evil, "assets", url=server.url("/evil.tar.zst")))
+    (res,) = pull_packs(declared_packs(kv.parent)[0])
+    assert res.state == "failed" and why in (res.error or "") and repr(member[0]) in res.error
+    assert sorted(os.listdir(kv.parent)) == ["assets.kv"]  # nothing lands in dest
+    entry = tmp_path / "cache/assets" / hashlib.sha256(evil).hexdigest()
+    assert not (entry / "tree").exists()  # and no extracted tree is left to trust
