@@ -110,3 +110,22 @@ def test_dump_cuts_episodes_and_from_store_refills(tmp_path):
         StoreReplay(sac_columns(), 4).dump(tmp_path / "empty.h5")
     with pytest.raises(FileExistsError):
         rep.dump(path)
+
+
+def test_load_needs_the_buffer_memory_once(tmp_path):
+    import tracemalloc
+
+    from numbatraj.data import ColumnSpec
+
+    cols = [ColumnSpec("obs", np.float32, (64,)), ColumnSpec("done", np.bool_, ())]
+    rep = StoreReplay(cols, 40_000, prioritized=False)
+    rep.add(obs=np.ones((40_000, 64), np.float32), done=np.zeros(40_000, bool))
+    path = tmp_path / "big.ckpt"
+    rep.save(path)
+    buffer_bytes = sum(rep.storage(c).nbytes for c in rep.columns)
+    tracemalloc.start()
+    back = StoreReplay.load(path)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert back.size == 40_000 and back.storage("obs")[-1, 0] == 1.0
+    assert buffer_bytes <= peak < 1.25 * buffer_bytes  # the columns, not a second copy
