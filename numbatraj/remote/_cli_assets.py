@@ -13,6 +13,8 @@ __all__ = ["register"]
 def _packs(args: argparse.Namespace) -> tuple[list[Any], list[tuple[str, str]]]:
     from numbatraj.remote.assets import declared_packs
 
+    if not os.path.isdir(args.root):
+        raise NotADirectoryError(f"--root {args.root} is not a directory")
     packs, bad = declared_packs(args.root, args.pattern)
     for _, err in bad:
         print(f"FAILED   {err}", file=sys.stderr)

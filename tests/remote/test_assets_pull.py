@@ -156,6 +156,8 @@ def test_https_and_hf_end_to_end(
 
     assert run_cli("status") == 1
     assert "0 of 4 packs present" in capsys.readouterr().out
+    with pytest.raises(NotADirectoryError, match="--root nowhere is not a directory"):
+        run_cli("pull", "--root", "nowhere")
     assert run_cli("where") == 0
     out = capsys.readouterr().out
     assert "bearer from $ROBOT_TOKEN (set)" in out and "s3cret" not in out
