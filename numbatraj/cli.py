@@ -85,6 +85,8 @@ _COMMAND_MODULES = (
     "numbatraj.importers._cli",
     "numbatraj.remote._cli",
     "numbatraj.importers._cli_lerobot_write",
+    "numbatraj.remote._cli_assets",
+    "numbatraj.remote._cli_dataset",
 )
 
 # Modules that add a ``numbatraj import <format>`` subcommand: ``register(import_subparsers)``.
