@@ -29,7 +29,6 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -m "not cuda" tests
 	NUMBA_ENABLE_CUDASIM=1 $(PY) -m pytest -m cuda tests -p no:cacheprovider
-	$(PY) examples/demo.py --small
 
 lint: $(STAMP)
 	$(PY) -m ruff check numbatraj tests bench examples

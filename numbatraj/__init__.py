@@ -25,6 +25,7 @@ from numbatraj.errors import (
     SamplerError,
     SchemaError,
 )
+from numbatraj.replay import DemoFile, DemoWriter, Quantization, StoreReplay
 from numbatraj.samplers import (
     PrioritizedSampler,
     SequenceWindowSampler,
@@ -53,6 +54,11 @@ __all__ = [
     "UniformSampler",
     "WindowSampler",
     "philox4x32_10",
+    "StoreReplay",
+    "StoreReplayGpu",
+    "DemoFile",
+    "DemoWriter",
+    "Quantization",
     "NumbatrajError",
     "SchemaError",
     "EpisodeError",
@@ -62,3 +68,12 @@ __all__ = [
     "SamplerError",
     "DeviceUnavailableError",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # Device classes load on first use, so `import numbatraj` never imports numba.cuda.
+    if name == "StoreReplayGpu":
+        from numbatraj.replay.gpu import StoreReplayGpu
+
+        return StoreReplayGpu
+    raise AttributeError(f"module 'numbatraj' has no attribute {name!r}")

@@ -76,3 +76,13 @@ def test_importers_exports_resolve():
 
     for name in imp.__all__:
         assert callable(getattr(imp, name)), name
+
+
+def test_top_level_exports_resolve_without_cuda():
+    code = (
+        "import sys, numbatraj\n"
+        "missing = [n for n in numbatraj.__all__ if getattr(numbatraj, n, None) is None]\n"
+        "print(missing, 'numba.cuda' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[] False"
