@@ -90,6 +90,11 @@ class ReplayColumns:
         self.names: tuple[str, ...] = tuple(self.specs)
         self._keys = set(self.specs)
         self._items = tuple((n, s, len(s.shape)) for n, s in self.specs.items())
+        #: (dtype, row shape, scalar type or None) per column, for :meth:`single_row`
+        self._one = tuple(
+            (s.dtype, s.shape, s.dtype.type if s.shape == () else None)
+            for s in self.specs.values()
+        )
 
     def storage_dtype(self, name: str) -> np.dtype:
         """uint8 for a quantised column, else the declared dtype."""
@@ -146,6 +151,28 @@ class ReplayColumns:
                 )
             out[name] = v
         return out, n
+
+    def single_row(self, rows: Mapping[str, Any]) -> list[Any] | None:
+        """Every column's value, in declaration order, when ``rows`` is exactly one row of
+        every declared column given as a numpy array of the declared dtype and row shape (or,
+        for a scalar column, a numpy scalar of the declared type); otherwise None, and the
+        caller goes through :meth:`check_rows`, which also produces the errors.
+
+        This is the fast path of a one-transition ``add``: no conversion, no copy.
+        """
+        if rows.keys() != self._keys:
+            return None
+        out = []
+        for name, (dt, shape, st) in zip(self.names, self._one):
+            v = rows[name]
+            t = type(v)
+            if t is np.ndarray:
+                if v.shape != shape or (v.dtype is not dt and v.dtype != dt):
+                    return None
+            elif t is not st:
+                return None
+            out.append(v)
+        return out
 
     def _raise_names(self, rows: Mapping[str, Any], what: str) -> None:
         specs = self.specs

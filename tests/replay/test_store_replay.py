@@ -188,3 +188,37 @@ def test_ere_errors():
         rep.configure_ere(True, c_min=0)
     rep.configure_ere(False)
     rep.sample(4)
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_one_row_adds_equal_batched_adds(prioritized):
+    # one-transition adds take a fast path (numpy scalars and row-shaped arrays of the exact
+    # dtype); rows given any other way go through the general checks: same stored bits
+    cap, n = 7, 19
+    one = StoreReplay(sac_columns(), cap, prioritized=prioritized, demo_capacity=2)
+    batched = StoreReplay(sac_columns(), cap, prioritized=prioritized, demo_capacity=2)
+    data = rows(0, n)
+    data["obs"][3, 1] = np.frombuffer(np.uint32(0x7FA00001).tobytes(), np.float32)[0]  # NaN payload
+    for i in range(n):
+        kind = i % 3
+        if kind == 0:  # numpy scalars and rows: the fast path
+            r = {k: v[i] for k, v in data.items()}
+        elif kind == 1:  # (1, *shape) arrays: the general path
+            r = {k: v[i : i + 1] for k, v in data.items()}
+        else:  # Python scalars: the general path
+            r = {k: (v[i].item() if v.ndim == 1 else v[i]) for k, v in data.items()}
+        assert one.add(**r) == 1
+    batched.add(**data)
+    for name in data:
+        np.testing.assert_array_equal(
+            one.storage(name).view(np.uint8), batched.storage(name).view(np.uint8)
+        )
+    assert (one.cursor, one.size, one.n_added) == (batched.cursor, batched.size, batched.n_added)
+    if prioritized:
+        np.testing.assert_array_equal(one.sampler.tree.sums, batched.sampler.tree.sums)
+        np.testing.assert_array_equal(
+            one.sampler.generation(np.arange(cap)) > 0, batched.sampler.generation(np.arange(cap)) > 0
+        )
+    with pytest.raises(SchemaError, match="float32, got float64"):
+        one.add(**{**{k: v[0] for k, v in data.items()}, "obs": data["obs"][0].astype(np.float64)})
+    assert one.n_added == n
