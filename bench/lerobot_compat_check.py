@@ -1,0 +1,392 @@
+"""Does a dataset written by ``LeRobotWriter`` load in LeRobot's own ``LeRobotDataset``?
+
+Not a pytest module (LeRobot needs torch, which the project does not depend on).  Run it with a
+Python that has both numbatraj and LeRobot (codebase v3.0: lerobot 0.4.x) installed, e.g. the
+throwaway virtualenv it was run in (lerobot 0.4.4 pins torch<2.11, which this machine's disk does
+not hold, hence ``--no-deps`` and its runtime deps by hand)::
+
+    python3.11 -m venv /tmp/lrvenv && P=/tmp/lrvenv/bin/pip
+    $P install torch==2.14.1 torchvision==0.29.1
+    $P install --no-deps lerobot==0.4.4 torchcodec==0.17.0
+    $P install -e . 'datasets>=4,<5' 'huggingface-hub>=0.34.2,<0.36' 'accelerate>=1.10,<2' \
+        draccus==0.10.0 jsonlines termcolor deepdiff einops imageio gymnasium pandas
+    LD_LIBRARY_PATH=/tmp/ffmpeg8 /tmp/lrvenv/bin/python bench/lerobot_compat_check.py \
+        [--codec libsvtav1 --codec libx264] [--streaming] [--video-backend torchcodec]
+
+LeRobot decodes with torchcodec (torchvision 0.29 has no ``io.VideoReader``, so its "pyav"
+backend is gone), and torchcodec needs FFmpeg's shared libraries.  Without a system FFmpeg,
+``/tmp/ffmpeg8`` holds links named ``libavutil.so.60`` etc. to the FFmpeg 8 libraries bundled
+in PyAV's wheel (``site-packages/av.libs/libavutil-*.so.60.*``, and likewise for avcodec,
+avformat, avdevice, avfilter, swscale, swresample).
+
+For each codec it writes a small dataset (two cameras, three episodes of unequal length,
+``state_dim != action_dim``, two tasks, ``checkpoint=True``), opens it with
+``LeRobotDataset(repo_id=..., root=...)`` (offline: nothing is downloaded) and compares, item by
+item, what LeRobot returns against what was written:
+
+- number of episodes, frames and tasks; per-episode lengths in ``meta.episodes``;
+- ``observation.state`` and ``action`` exactly (float32);
+- ``episode_index``, ``frame_index``, ``index``, ``timestamp`` (float32 ``k / fps``), ``task``;
+- camera frames decoded by LeRobot against the rgb written, within a codec tolerance (mean
+  absolute error per frame), plus an identity check: each decoded frame is closer to the frame
+  written at that index than to its neighbours (so a timestamp off by one frame fails);
+- ``meta/stats.json`` loads through LeRobot, with the shapes LeRobot expects, and its vector
+  min / max / mean agree with the rows written;
+- LeRobot's decoded frames against PyAV decoding the same mp4 on its own (reported: the pixel
+  error against what was written is the codec's, not a misread);
+- a second ``LeRobotDataset(episodes=[1, 2], delta_timestamps=...)``: rows and frames at
+  offsets -2, 0, +1 frames, with the padding flags at episode edges.
+
+``--streaming`` also writes with ``checkpoint=False`` (episodes share one mp4, so LeRobot must
+use ``from_timestamp``).  Prints PASS/FAIL per codec and exits non-zero on any failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from numbatraj.importers.lerobot_writer import LeRobotWriter  # noqa: E402
+
+FPS = 30
+H, W = 64, 96
+CAMERAS = ["front", "wrist"]
+JOINTS = ["shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper"]
+STATE_NAMES = [f"{j}.pos" for j in JOINTS]  # 6
+ACTION_NAMES = [f"{j}.pos" for j in JOINTS[:4]]  # 4: state_dim != action_dim
+LENGTHS = [23, 40, 31]
+TASKS = ["put the cube in the bowl", "stack the cubes"]
+# Mean absolute error (0..255) a decoded frame may have against the frame written.  CRF 30
+# on these small synthetic frames stays well under it; a wrong or shifted frame does not.
+MEAN_TOL = 8.0
+
+
+def camera_frame(cam: int, ep: int, k: int) -> np.ndarray:
+    """A gradient with a square that moves several pixels a frame: neighbours differ."""
+    img = np.empty((H, W, 3), np.uint8)
+    img[..., 0] = np.linspace(30, 200, W, dtype=np.uint8)[None, :]
+    img[..., 1] = np.linspace(60, 160, H, dtype=np.uint8)[:, None]
+    img[..., 2] = 70 + 80 * cam + 10 * ep
+    x = (7 * k + 13 * cam + 5 * ep) % (W - 16)
+    y = (3 * k + 20 * cam) % (H - 16)
+    img[y : y + 16, x : x + 16] = (250, 240, 40) if cam == 0 else (20, 40, 230)
+    return img
+
+
+def write_dataset(root: Path, codec: str, checkpoint: bool = True) -> dict:
+    """Write the dataset and return what was written (float32 rows, uint8 frames)."""
+    states, actions, ep_idx, frame_idx, tasks = [], [], [], [], []
+    frames: dict[str, list[np.ndarray]] = {c: [] for c in CAMERAS}
+    with LeRobotWriter(
+        root, FPS, STATE_NAMES, ACTION_NAMES, CAMERAS, H, W,
+        checkpoint=checkpoint, codec=codec, robot_type="so101_follower",
+    ) as w:
+        for ep, n in enumerate(LENGTHS):
+            task = TASKS[ep % 2]
+            w.begin_episode(task)
+            for k in range(n):
+                t = k / FPS + ep
+                state = np.sin(t + np.arange(len(STATE_NAMES))) * 40.0 + 0.123456789
+                action = state[: len(ACTION_NAMES)] + np.cos(3 * t) * 2.0
+                fr = {c: camera_frame(i, ep, k) for i, c in enumerate(CAMERAS)}
+                w.add_frame(state, action, fr)
+                states.append(np.asarray(state, np.float32))
+                actions.append(np.asarray(action, np.float32))
+                ep_idx.append(ep)
+                frame_idx.append(k)
+                tasks.append(task)
+                for c in CAMERAS:
+                    frames[c].append(fr[c])
+            w.end_episode()
+    return {
+        "state": np.stack(states), "action": np.stack(actions),
+        "episode_index": np.array(ep_idx), "frame_index": np.array(frame_idx),
+        "timestamp": (np.array(frame_idx, np.float64) / FPS).astype(np.float32),
+        "task": tasks, "frames": {c: np.stack(v) for c, v in frames.items()},
+    }
+
+
+def pyav_frames(path: Path) -> np.ndarray:
+    """Every frame of an mp4 decoded by PyAV alone, as (n, H, W, 3) uint8 rgb."""
+    import av
+
+    with av.open(str(path)) as c:
+        return np.stack([f.to_ndarray(format="rgb24") for f in c.decode(video=0)])
+
+
+def _np(x) -> np.ndarray:
+    return x.numpy() if hasattr(x, "numpy") else np.asarray(x)
+
+
+def check_loaded(root: Path, repo_id: str, want: dict, backend: str | None) -> tuple[list, dict]:
+    """Open ``root`` with LeRobotDataset and compare.  Returns (failures, figures)."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    fails: list[str] = []
+    figs: dict = {}
+    n_total = sum(LENGTHS)
+
+    def expect(cond: bool, what: str) -> None:
+        if not cond:
+            fails.append(what)
+
+    t0 = time.perf_counter()
+    ds = LeRobotDataset(repo_id=repo_id, root=root, video_backend=backend)
+    figs["load_s"] = time.perf_counter() - t0
+    figs["backend"] = ds.video_backend
+    meta = ds.meta
+    expect(ds.num_episodes == len(LENGTHS), f"num_episodes {ds.num_episodes} != {len(LENGTHS)}")
+    expect(ds.num_frames == n_total, f"num_frames {ds.num_frames} != {n_total}")
+    expect(len(ds) == n_total, f"len(ds) {len(ds)} != {n_total}")
+    expect(len(ds.hf_dataset) == n_total, f"len(hf_dataset) {len(ds.hf_dataset)} != {n_total}")
+    expect(meta.fps == FPS, f"fps {meta.fps} != {FPS}")
+    expect(meta.total_tasks == len(TASKS), f"total_tasks {meta.total_tasks} != {len(TASKS)}")
+    want_keys = sorted(f"observation.images.{c}" for c in CAMERAS)
+    expect(sorted(meta.video_keys) == want_keys, f"video_keys {meta.video_keys} != {want_keys}")
+    lengths = [int(x) for x in meta.episodes["length"]]
+    expect(lengths == LENGTHS, f"meta.episodes length {lengths} != {LENGTHS}")
+    expect(meta.shapes["observation.state"] == (len(STATE_NAMES),),
+           f"state shape {meta.shapes['observation.state']}")
+    expect(meta.shapes["action"] == (len(ACTION_NAMES),), f"action shape {meta.shapes['action']}")
+
+    # Item by item, the way a training loop reads it.
+    mean_errs: list[float] = []
+    all_errs: list[np.ndarray] = []
+    agree_max = 0  # LeRobot's decode against PyAV decoding the same mp4 on its own
+    pyav_cache: dict[str, np.ndarray] = {}
+    max_err = 0
+    identity_bad = 0
+    first_err: dict[str, str] = {}
+
+    def once(key: str, msg: str) -> None:
+        if key not in first_err:
+            first_err[key] = msg
+            fails.append(msg)
+
+    t0 = time.perf_counter()
+    for i in range(len(ds)):
+        item = ds[i]
+        k = int(want["frame_index"][i])
+        ep = int(want["episode_index"][i])
+        for key in ("observation.state", "action"):
+            got = _np(item[key])
+            ref = want["state" if key == "observation.state" else "action"][i]
+            if got.dtype != np.float32 or got.shape != ref.shape or not np.array_equal(got, ref):
+                once(key, f"{key} at index {i}: got {got.dtype}{got.shape} {got}, wrote {ref}")
+        for key in ("episode_index", "frame_index", "index"):
+            got = int(_np(item[key]))
+            ref = i if key == "index" else int(want[key][i])
+            if got != ref:
+                once(key, f"{key} at index {i}: got {got}, wrote {ref}")
+        ts = _np(item["timestamp"])
+        if ts.dtype != np.float32 or float(ts) != float(want["timestamp"][i]):
+            once("timestamp", f"timestamp at index {i}: got {ts.dtype} {float(ts)!r}, "
+                              f"wrote {float(want['timestamp'][i])!r}")
+        if item["task"] != want["task"][i]:
+            once("task", f"task at index {i}: got {item['task']!r}, wrote {want['task'][i]!r}")
+        for c in CAMERAS:
+            key = f"observation.images.{c}"
+            got = _np(item[key])
+            if got.shape != (3, H, W) or got.dtype != np.float32:
+                once(f"shape-{c}", f"{key} at index {i}: got {got.dtype}{got.shape}, "
+                                   f"expected float32 (3, {H}, {W})")
+                continue
+            img = np.clip(np.rint(got.transpose(1, 2, 0) * 255.0), 0, 255).astype(np.int16)
+            ref_all = want["frames"][c]
+            err = np.abs(img - ref_all[i].astype(np.int16))
+            mean_errs.append(float(err.mean()))
+            all_errs.append(err.ravel().astype(np.uint8))
+            vpath = root / meta.get_video_file_path(ep, key)
+            if str(vpath) not in pyav_cache:
+                pyav_cache[str(vpath)] = pyav_frames(vpath)
+            start = round(float(meta.episodes[ep][f"videos/{key}/from_timestamp"]) * FPS)
+            own = pyav_cache[str(vpath)][start + k].astype(np.int16)
+            agree_max = max(agree_max, int(np.abs(img - own).max()))
+            max_err = max(max_err, int(err.max()))
+            if err.mean() > MEAN_TOL:
+                once(f"pix-{c}", f"{key} at index {i} (episode {ep}, frame {k}): mean abs error "
+                                 f"{err.mean():.2f} > {MEAN_TOL}")
+            for j in (i - 1, i + 1):  # neighbours within the same episode
+                if 0 <= j < n_total and want["episode_index"][j] == ep:
+                    e2 = np.abs(img - ref_all[j].astype(np.int16)).mean()
+                    if e2 <= err.mean():
+                        identity_bad += 1
+                        once(f"id-{c}", f"{key} at index {i}: decoded frame is as close to the "
+                                        f"frame written at {j} ({e2:.2f}) as to {i} "
+                                        f"({err.mean():.2f}): wrong frame returned")
+    figs["items_s"] = time.perf_counter() - t0
+    all_err = np.concatenate(all_errs) if all_errs else np.zeros(1)
+    figs["pix_p99"] = float(np.percentile(all_err, 99))
+    figs["pix_p999"] = float(np.percentile(all_err, 99.9))
+    figs["lerobot_vs_pyav_max"] = agree_max
+    figs["pix_mean"] = float(np.mean(mean_errs)) if mean_errs else float("nan")
+    figs["pix_worst_frame_mean"] = float(np.max(mean_errs)) if mean_errs else float("nan")
+    figs["pix_max"] = max_err
+    figs["identity_bad"] = identity_bad
+
+    # meta/stats.json through LeRobot's loader.
+    stats = meta.stats
+    if stats is None:
+        fails.append("meta.stats is None: meta/stats.json did not load")
+    else:
+        for key, ref in (("observation.state", want["state"]), ("action", want["action"])):
+            st = stats.get(key)
+            if st is None:
+                fails.append(f"stats.json has no {key!r}")
+                continue
+            for name, fn in (("min", np.min), ("max", np.max), ("mean", np.mean)):
+                got = np.asarray(st.get(name), np.float64)
+                exp = fn(ref.astype(np.float64), axis=0)
+                if got.shape != exp.shape or not np.allclose(got, exp, rtol=1e-5, atol=1e-5):
+                    fails.append(f"stats[{key!r}][{name!r}] {got} != rows {exp}")
+        for c in CAMERAS:
+            st = stats.get(f"observation.images.{c}")
+            if st is None:
+                fails.append(f"stats.json has no observation.images.{c}")
+                continue
+            for name in ("min", "max", "mean", "std"):
+                shp = np.asarray(st.get(name)).shape
+                if shp != (3, 1, 1):
+                    fails.append(f"stats[observation.images.{c}][{name!r}] shape {shp} != (3,1,1)")
+            lo, hi = np.asarray(st["min"]), np.asarray(st["max"])
+            if not (0.0 <= lo.min() and hi.max() <= 1.0):
+                fails.append(f"stats[observation.images.{c}] not in [0, 1]: {lo.ravel()} "
+                             f"{hi.ravel()}")
+        figs["stats_keys"] = sorted(stats)
+
+    fails += check_delta_subset(root, repo_id, want, backend, LeRobotDataset)
+    return fails, figs
+
+
+def check_delta_subset(root: Path, repo_id: str, want: dict, backend: str | None,
+                       dataset_cls) -> list[str]:
+    """Episodes [1, 2] only, with delta_timestamps: exercises the episode table's
+    dataset_from_index / dataset_to_index (padding at episode edges) and from_timestamp."""
+    fails: list[str] = []
+    cam = f"observation.images.{CAMERAS[0]}"
+    deltas = [-2, 0, 1]
+    ds = dataset_cls(
+        repo_id=repo_id, root=root, episodes=[1, 2], video_backend=backend,
+        delta_timestamps={"observation.state": [d / FPS for d in deltas], "action": [0.0],
+                          cam: [d / FPS for d in deltas]},
+    )
+    sel = np.flatnonzero(np.isin(want["episode_index"], [1, 2]))
+    if len(ds) != len(sel):
+        return [f"episodes=[1, 2]: len {len(ds)} != {len(sel)}"]
+    for pos, i in enumerate(sel):
+        item = ds[pos]
+        ep, k = int(want["episode_index"][i]), int(want["frame_index"][i])
+        n = LENGTHS[ep]
+        if int(_np(item["index"])) != i:
+            fails.append(f"episodes=[1, 2] item {pos}: index {int(_np(item['index']))} != {i}")
+            break
+        js = [min(max(k + d, 0), n - 1) for d in deltas]  # LeRobot clamps to the episode
+        rows = want["state"][i - k + np.array(js)]
+        got = _np(item["observation.state"])
+        pad = _np(item["observation.state_is_pad"]).tolist()
+        want_pad = [not (0 <= k + d < n) for d in deltas]
+        if not np.array_equal(got, rows) or pad != want_pad:
+            fails.append(f"episodes=[1, 2] delta state at episode {ep} frame {k}: "
+                         f"pad {pad} (want {want_pad}), rows equal {np.array_equal(got, rows)}")
+            break
+        frames = _np(item[cam])
+        for slot, j in enumerate(js):
+            img = np.rint(frames[slot].transpose(1, 2, 0) * 255.0).astype(np.int16)
+            ref = want["frames"][CAMERAS[0]][i - k + j].astype(np.int16)
+            if np.abs(img - ref).mean() > MEAN_TOL:
+                fails.append(f"episodes=[1, 2] delta frame {deltas[slot]} at episode {ep} "
+                             f"frame {k}: mean abs error {np.abs(img - ref).mean():.2f}")
+                return fails
+    return fails
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--codec", action="append", default=None,
+                    help="libsvtav1 and/or libx264 (repeatable; default both)")
+    ap.add_argument("--video-backend", default=None,
+                    help="LeRobot's decoder (default: LeRobot's own choice, torchcodec if present)")
+    ap.add_argument("--workdir", default=None, help="where to write (default: a temp dir)")
+    ap.add_argument("--keep", action="store_true", help="keep the written datasets")
+    ap.add_argument("--streaming", action="store_true",
+                    help="also write with checkpoint=False (episodes share one mp4)")
+    args = ap.parse_args()
+    codecs = args.codec or ["libsvtav1", "libx264"]
+
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="numbatraj-lrcompat-"))
+    work.mkdir(parents=True, exist_ok=True)
+    # Offline and self-contained: LeRobot must read the directory as it is, never the Hub.
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ.setdefault("HF_HOME", str(work / "hf_home"))
+    os.environ.setdefault("HF_LEROBOT_HOME", str(work / "lerobot_home"))
+
+    try:
+        import lerobot
+        ver = getattr(lerobot, "__version__", None)
+        if ver is None:
+            from importlib.metadata import version
+            ver = version("lerobot")
+        from lerobot.datasets.lerobot_dataset import CODEBASE_VERSION
+    except Exception as exc:
+        print(f"FAIL: cannot import LeRobot: {exc!r}")
+        return 2
+    import torch
+
+    print(f"lerobot {ver} (CODEBASE_VERSION {CODEBASE_VERSION}), torch {torch.__version__}, "
+          f"python {sys.version.split()[0]}; workdir {work}")
+    results = {}
+    runs = [(c, True) for c in codecs] + ([(c, False) for c in codecs] if args.streaming else [])
+    for codec, checkpoint in runs:
+        name = codec if checkpoint else f"{codec} checkpoint=False"
+        root = work / f"ds-{codec}{'' if checkpoint else '-stream'}"
+        if root.exists():
+            shutil.rmtree(root)
+        print(f"\n== {name}: writing {len(LENGTHS)} episodes {LENGTHS}, cameras {CAMERAS} "
+              f"{W}x{H}, state {len(STATE_NAMES)}, action {len(ACTION_NAMES)}")
+        try:
+            want = write_dataset(root, codec, checkpoint)
+        except Exception:
+            traceback.print_exc()
+            results[name] = (["LeRobotWriter raised (see traceback)"], {})
+            continue
+        try:
+            fails, figs = check_loaded(root, f"numbatraj/compat-{root.name}", want,
+                                       args.video_backend)
+        except Exception as exc:
+            traceback.print_exc()
+            fails, figs = [f"LeRobotDataset raised {type(exc).__name__}: {exc}"], {}
+        results[name] = (fails, figs)
+        for k, v in figs.items():
+            print(f"   {k}: {v:.3f}" if isinstance(v, float) else f"   {k}: {v}")
+        for f in fails:
+            print(f"   FAIL: {f}")
+
+    print("\n== summary")
+    ok = True
+    for codec, (fails, figs) in results.items():
+        status = "PASS" if not fails else "FAIL"
+        ok &= not fails
+        px = (f"max abs pixel error {figs['pix_max']}, mean {figs['pix_mean']:.2f}, "
+              f"p99 {figs['pix_p99']:.0f}, worst frame mean {figs['pix_worst_frame_mean']:.2f}; "
+              f"LeRobot vs PyAV decode max {figs['lerobot_vs_pyav_max']}"
+              if "pix_max" in figs else "no frames compared")
+        print(f"{status} {codec}: {px}; {len(fails)} failure(s)")
+    if not args.keep and args.workdir is None:
+        shutil.rmtree(work, ignore_errors=True)
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
