@@ -52,7 +52,8 @@ class StoreReplay:
     Notes
     -----
     ``add`` validates every column before writing any, so a failed add changes nothing.
-    The arrays ``sample`` returns are new; ``sample_into`` fills caller-owned ones.
+    The arrays ``sample`` returns are new; ``sample_into`` fills caller-owned ones and returns
+    an :class:`IndexBatch` it reuses on every call of the same batch size.
     """
 
     def __init__(
@@ -120,6 +121,8 @@ class StoreReplay:
         self._n_demo = 0
         self._n_added = 0
         self._ere: _draw.EreConfig | None = None
+        self._into: dict[int, IndexBatch] = {}  # batch size -> the batch sample_into refills
+        self._work: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     # ------------------------------------------------------------------ properties
     @property
@@ -333,8 +336,50 @@ class StoreReplay:
     def sample_indices(
         self, batch_size: int, k: int | None = None, K: int | None = None
     ) -> IndexBatch:
-        """Physical rows of one minibatch (with IS weights and stamps when prioritized)."""
+        """Physical rows of one minibatch (with IS weights and stamps when prioritized), in
+        new arrays."""
         b = check_count("batch_size", batch_size)
+        if self._prioritized:
+            batch = IndexBatch(
+                np.empty(b, dtype=np.int64),
+                weights=np.empty(b, dtype=np.float32),
+                stamps=np.empty(b, dtype=np.int64),
+            )
+        else:
+            batch = IndexBatch(np.empty(b, dtype=np.int64))
+        self._draw_into(batch, k, K)
+        return batch
+
+    def _reused_batch(self, b: int) -> IndexBatch:
+        """The IndexBatch :meth:`sample_into` refills for batch size ``b``."""
+        batch = self._into.get(b)
+        if batch is None:
+            if len(self._into) >= 8:
+                self._into.clear()
+            if self._prioritized:
+                batch = IndexBatch(
+                    np.empty(b, dtype=np.int64),
+                    weights=np.empty(b, dtype=np.float32),
+                    stamps=np.empty(b, dtype=np.int64),
+                )
+            else:
+                batch = IndexBatch(np.empty(b, dtype=np.int64))
+            self._into[b] = batch
+        return batch
+
+    def _buffers(self, b: int) -> tuple[np.ndarray, np.ndarray]:
+        """Uniforms (B,) and scratch (2, B) of restricted prioritized draws, reused."""
+        w = self._work.get(b)
+        if w is None:
+            if len(self._work) >= 8:
+                self._work.clear()
+            w = self._work[b] = (np.empty(b), np.empty((2, b)))
+        return w
+
+    def _draw_into(self, batch: IndexBatch, k: int | None, K: int | None) -> None:  # noqa: N803
+        """Fill ``batch``'s arrays (indices; weights and stamps when prioritized)."""
+        idx = batch.indices
+        b = idx.shape[0]
         if self.n_rows == 0:
             raise SamplerError(
                 "cannot sample: the replay is empty (no online or demonstration rows); "
@@ -343,33 +388,35 @@ class StoreReplay:
         c = self._size if self._ere is None else self.ere_window(k, K)  # type: ignore[arg-type]
         m = _draw.split_batch(b, self._n_demo, self._size, self._fraction, self._ere is not None)
         if m < 0 and self._prioritized:
-            return self._sampler.sample(b)
+            self._sampler.sample_into(idx, batch.weights, batch.stamps)
+            return
         if m < 0:
-            idx = self._sampler.sample(b, n_rows=self.n_rows).indices
+            self._sampler.sample_into(idx, n_rows=self.n_rows)
             start = (self._cursor - self._size) % self._r
             _rk.ring_physical_cpu(idx, self._n_demo, self._d, self._r, start, idx)
-            return IndexBatch(idx)
-        idx = np.empty(b, dtype=np.int64)
+            return
         if not self._prioritized:
             if m:
-                idx[:m] = self._sampler.sample(m, n_rows=self._n_demo).indices
+                self._sampler.sample_into(idx[:m], n_rows=self._n_demo)
             if b - m:
-                part = self._sampler.sample(b - m, n_rows=c).indices
+                part = idx[m:]
+                self._sampler.sample_into(part, n_rows=c)
                 _rk.ring_physical_cpu(part, 0, self._d, self._r, (self._cursor - c) % self._r,
-                                      idx[m:])
-            return IndexBatch(idx)
-        weights = np.empty(b, dtype=np.float32)
+                                      part)
+            return
+        weights = batch.weights
         t = self._sampler.tree
         beta = self._sampler.beta
-        scratch = np.empty((2, b), dtype=np.float64)
+        u, scratch = self._buffers(b)
+        self._gen.random(out=u)  # the same stream as drawing m, then b - m, uniforms
         if m:
-            _pk.sample_ranges_cpu(t.sums, t.mins, t.n_leaves_padded, self._gen.random(m), beta,
+            _pk.sample_ranges_cpu(t.sums, t.mins, t.n_leaves_padded, u[:m], beta,
                                   0, self._n_demo, 0, 0, idx[:m], weights[:m], scratch[:, :m])
         if b - m:
             lo0, hi0, lo1, hi1 = _draw.window_ranges(self._d, self._r, self._cursor, c)
-            _pk.sample_ranges_cpu(t.sums, t.mins, t.n_leaves_padded, self._gen.random(b - m),
-                                  beta, lo0, hi0, lo1, hi1, idx[m:], weights[m:], scratch[:, m:])
-        return IndexBatch(idx, weights=weights, stamps=self._sampler.generation(idx))
+            _pk.sample_ranges_cpu(t.sums, t.mins, t.n_leaves_padded, u[m:], beta, lo0, hi0,
+                                  lo1, hi1, idx[m:], weights[m:], scratch[:, m:])
+        self._sampler.generation(idx, out=batch.stamps)
 
     def _gather(self, idx: np.ndarray, outputs: Mapping[str, np.ndarray]) -> None:
         b = idx.shape[0]
@@ -421,7 +468,12 @@ class StoreReplay:
     ) -> IndexBatch:
         """:meth:`sample` into caller-owned arrays: ``outputs[name]`` C-contiguous, writeable,
         shape ``(batch_size, *spec.shape)``, the sample dtype.  Every column must be there;
-        they are checked before anything is drawn."""
+        they are checked before anything is drawn.
+
+        Nothing is allocated once a batch size has been seen: the returned
+        :class:`IndexBatch` and its arrays belong to the replay and are refilled by the next
+        ``sample_into`` of the same batch size (copy them to keep them).
+        """
         b = check_count("batch_size", batch_size)
         if set(outputs) != set(self._cols.names):
             raise SchemaError(
@@ -438,7 +490,8 @@ class StoreReplay:
                 )
             if not o.flags.c_contiguous or not o.flags.writeable:
                 raise SchemaError(f"sample_into: outputs[{name!r}] must be C-contiguous, writeable")
-        batch = self.sample_indices(b, k, K)
+        batch = self._reused_batch(b)
+        self._draw_into(batch, k, K)
         self._gather(batch.indices, outputs)
         return batch
 

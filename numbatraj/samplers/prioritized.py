@@ -86,6 +86,10 @@ class PrioritizedSampler:
         self._n_present = 0
         self._max_priority = 1.0
         self._no_stamps = np.zeros(0, dtype=np.int64)
+        self._maxp = np.ones(1)  # the kernel's in/out cell for max_priority
+        #: batch size -> (uniforms (B,), scratch (2, B)) reused by every draw of that size
+        self._work: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._nodes = np.empty(0, dtype=np.int64)  # update scratch, grown as needed
 
     # ------------------------------------------------------------------ properties
     @property
@@ -124,10 +128,21 @@ class PrioritizedSampler:
         """The sum/min tree; leaf ``i`` holds ``(priority_i + eps) ** alpha``."""
         return self._tree
 
-    def generation(self, rows: Any) -> np.ndarray:
-        """Current generation stamp of each row (int64, shape of ``rows``)."""
+    def generation(self, rows: Any, out: np.ndarray | None = None) -> np.ndarray:
+        """Current generation stamp of each row (int64, shape of ``rows``); into ``out``
+        (int64, the shape of ``rows``) when given, which is returned."""
         r = check_rows("rows", rows, self._capacity)
-        return self._stamps[r].copy()
+        if out is None:
+            return self._stamps[r]
+        return np.take(self._stamps, r, out=out, mode="clip")  # checked: no buffering
+
+    def _scratch(self, b: int) -> tuple[np.ndarray, np.ndarray]:
+        w = self._work.get(b)
+        if w is None:
+            if len(self._work) >= 8:
+                self._work.clear()
+            w = self._work[b] = (np.empty(b), np.empty((2, b)))
+        return w
 
     # ------------------------------------------------------------------ writes
     def note_added(self, indices: Any) -> None:
@@ -192,7 +207,11 @@ class PrioritizedSampler:
         else:
             st = self._no_stamps
         t = self._tree
-        maxp = np.array([self._max_priority])
+        k = rows.shape[0]
+        if self._nodes.shape[0] < k:
+            self._nodes = np.empty(k, dtype=np.int64)
+        maxp = self._maxp
+        maxp[0] = self._max_priority
         skipped = int(
             K._update_rows_cpu(
                 t.sums,
@@ -205,7 +224,7 @@ class PrioritizedSampler:
                 self._alpha,
                 st,
                 check,
-                np.empty(rows.shape[0], dtype=np.int64),
+                self._nodes[:k],
                 maxp,
             )
         )
@@ -223,26 +242,59 @@ class PrioritizedSampler:
             ``stamps`` int64 ``(B,)`` to pass back to :meth:`update_priorities`.
         """
         b = check_count("batch_size", batch_size)
-        t = self._tree
-        total = t.total
-        if self._n_present == 0 or not total > 0.0:
-            raise SamplerError("cannot sample: no row has been added (call note_added first)")
         leaves = np.empty(b, dtype=np.int64)
         weights = np.empty(b, dtype=np.float32)
         stamps = np.empty(b, dtype=np.int64)
+        self._draw(leaves, weights, stamps)
+        return IndexBatch(leaves, weights=weights, stamps=stamps)
+
+    def sample_into(self, indices: np.ndarray, weights: np.ndarray, stamps: np.ndarray) -> None:
+        """:meth:`sample` into caller-owned arrays, allocating nothing once a batch size has
+        been seen: the same draws, and the stream advances the same.
+
+        Parameters
+        ----------
+        indices : int64 array (B,)
+        weights : float32 array (B,)
+        stamps : int64 array (B,)
+            C-contiguous, writeable, one length ``B >= 1``.
+        """
+        b = indices.shape[0] if isinstance(indices, np.ndarray) else -1
+        for name, a, dt in (("indices", indices, np.int64), ("weights", weights, np.float32),
+                            ("stamps", stamps, np.int64)):
+            if (
+                type(a) is not np.ndarray
+                or a.dtype != dt
+                or a.shape != (b,)
+                or not a.flags.c_contiguous
+                or not a.flags.writeable
+            ):
+                got = f"{a.dtype} {a.shape}" if isinstance(a, np.ndarray) else type(a).__name__
+                raise SamplerError(
+                    f"{name} must be a writeable C-contiguous {np.dtype(dt).name} array of "
+                    f"shape (B,) like indices, got {got}"
+                )
+        check_count("batch_size", b)
+        self._draw(indices, weights, stamps)
+
+    def _draw(self, leaves: np.ndarray, weights: np.ndarray, stamps: np.ndarray) -> None:
+        t = self._tree
+        if self._n_present == 0 or not t.sums[1] > 0.0:
+            raise SamplerError("cannot sample: no row has been added (call note_added first)")
+        u, scratch = self._scratch(leaves.shape[0])
+        self._gen.random(out=u)
         K._sample_prioritized_cpu(
             t.sums,
             t.mins,
             t.n_leaves_padded,
             self._stamps,
-            self._gen.random(b),
+            u,
             self._beta,
             leaves,
             weights,
             stamps,
-            np.empty((2, b), dtype=np.float64),
+            scratch,
         )
-        return IndexBatch(leaves, weights=weights, stamps=stamps)
 
     def probabilities(self) -> np.ndarray:
         """``P(i)`` of every row (float64, ``(capacity,)``); 0 for rows never added."""

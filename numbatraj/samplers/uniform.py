@@ -10,6 +10,7 @@ from numbatraj.data.index_batch import IndexBatch
 from numbatraj.errors import SamplerError
 from numbatraj.samplers import _philox
 from numbatraj.samplers._args import (
+    RawWords,
     check_count,
     check_seed,
     generator_state,
@@ -55,6 +56,8 @@ class UniformSampler:
         self._n = check_count("n_rows", n_rows, minimum=0)
         self._seed = check_seed(seed)
         self._gen = new_generator(self._seed)
+        self._raw: dict[int, np.ndarray] = {}  # batch size -> uint64 words, for sample_into
+        self._words = RawWords(self._gen)
 
     @property
     def n_rows(self) -> int:
@@ -90,6 +93,45 @@ class UniformSampler:
         if self._n == 0:
             raise SamplerError("cannot sample: the population is empty (n_rows = 0)")
         return IndexBatch(uniform_rows(self._gen, 0, self._n, b))
+
+    def sample_into(self, out: np.ndarray, n_rows: int | None = None) -> np.ndarray:
+        """:meth:`sample` into a caller-owned array, allocating nothing once a batch size has
+        been seen: the same rows, and the stream advances the same.
+
+        Parameters
+        ----------
+        out : int64 array (B,)
+            C-contiguous and writeable, ``B >= 1``.
+        n_rows : int, optional
+            As in :meth:`sample`.
+
+        Returns
+        -------
+        ndarray
+            ``out``.
+        """
+        if (
+            type(out) is not np.ndarray
+            or out.dtype != np.int64
+            or out.ndim != 1
+            or not out.flags.c_contiguous
+            or not out.flags.writeable
+        ):
+            got = f"{out.dtype} {out.shape}" if isinstance(out, np.ndarray) else type(out).__name__
+            raise SamplerError(f"out must be a writeable C-contiguous int64 (B,) array, got {got}")
+        b = check_count("batch_size", out.shape[0])
+        if n_rows is not None:
+            self.n_rows = n_rows
+        if self._n == 0:
+            raise SamplerError("cannot sample: the population is empty (n_rows = 0)")
+        raw = self._raw.get(b)
+        if raw is None:
+            if len(self._raw) >= 8:
+                self._raw.clear()
+            raw = self._raw[b] = np.empty(b, dtype=np.uint64)
+        self._words.fill(raw)
+        _philox._bounded_rows_cpu(raw, 0, self._n, out)
+        return out
 
     def state_dict(self) -> dict[str, Any]:
         """Population size, seed and generator state: enough to resume the stream exactly."""

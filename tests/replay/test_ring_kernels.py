@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from numbatraj.replay import _ring_kernels as rk
-from tests.reference import ring_put_ref, time_order_ref
+from tests.reference import gather_rows_ref, ring_put_ref, time_order_ref
 
 CASES = [
     # capacity, demo, cursor, n
@@ -76,3 +76,14 @@ def test_gathers_match_fancy_indexing(e, dtype, b, rng):
 
 def test_word_dtype():
     assert [rk.word_dtype(b).itemsize for b in (68, 24, 4, 1, 6, 8, 3)] == [4, 8, 4, 1, 2, 8, 1]
+
+
+@pytest.mark.parametrize("b", [0, 1, 63, 64, 65, 200])  # around the 64-row touch block
+@pytest.mark.parametrize("wdt, w", [(np.uint32, 17), (np.uint64, 3), (np.uint8, 1), (np.uint16, 0)])
+def test_gather_rows_matches_reference(b, wdt, w, rng):
+    src = rng.integers(0, np.iinfo(wdt).max, size=(50, w), dtype=wdt, endpoint=True)
+    idx = rng.integers(0, 50, size=b).astype(np.int64)
+    idx[: b // 3] = np.sort(idx[: b // 3])  # sorted runs and duplicates, as stratified draws
+    out = np.full((b, w), 7, dtype=wdt)
+    rk.gather_rows_cpu(src, idx, out)
+    np.testing.assert_array_equal(out, gather_rows_ref(src, idx))

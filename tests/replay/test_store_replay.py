@@ -222,3 +222,55 @@ def test_one_row_adds_equal_batched_adds(prioritized):
     with pytest.raises(SchemaError, match="float32, got float64"):
         one.add(**{**{k: v[0] for k, v in data.items()}, "obs": data["obs"][0].astype(np.float64)})
     assert one.n_added == n
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+@pytest.mark.parametrize("mode", ["joint", "ere", "demo_fraction"])
+def test_sample_into_allocates_nothing_on_repeated_calls(prioritized, mode):
+    import tracemalloc
+
+    b = 4096
+    fraction = 0.25 if mode == "demo_fraction" else None
+    rep = StoreReplay(sac_columns(), 5000, prioritized=prioritized, demo_capacity=100,
+                      demo_fraction=fraction, seed=3)
+    rep.add_demos(**rows(0, 100))
+    rep.add(**rows(100, 6000))
+    kw = {}
+    if mode == "ere":
+        rep.configure_ere(True, eta=0.9, c_min=100)
+        kw = {"k": 3, "K": 10}
+    outs = {c.name: np.empty((b, *c.shape), c.dtype) for c in sac_columns()}
+    first = rep.sample_into(outs, b, **kw)  # the first call of a batch size allocates
+    if prioritized:
+        rep.update_priorities(first, np.linspace(0.1, 2.0, b))
+    tracemalloc.start()
+    try:
+        base, _ = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        for _ in range(5):
+            batch = rep.sample_into(outs, b, **kw)
+            assert batch is first and batch.indices is first.indices  # documented reuse
+        now, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert now - base < 1024  # nothing of any size survives the calls
+    # no array of B entries (32 KiB of int64) was allocated, not even as a temporary
+    assert peak - base < 8 * b // 4
+    # and the draws are those of sample() on an identical replay
+    twin = StoreReplay(sac_columns(), 5000, prioritized=prioritized, demo_capacity=100,
+                       demo_fraction=fraction, seed=3)
+    twin.add_demos(**rows(0, 100))
+    twin.add(**rows(100, 6000))
+    if mode == "ere":
+        twin.configure_ere(True, eta=0.9, c_min=100)
+    got, tb = twin.sample(b, **kw)
+    if prioritized:
+        twin.update_priorities(tb, np.linspace(0.1, 2.0, b))
+    for _ in range(5):
+        got, tb = twin.sample(b, **kw)
+    np.testing.assert_array_equal(tb.indices, batch.indices)
+    for name in outs:
+        np.testing.assert_array_equal(got[name], outs[name])
+    if prioritized:
+        np.testing.assert_array_equal(tb.weights, batch.weights)
+        np.testing.assert_array_equal(tb.stamps, batch.stamps)

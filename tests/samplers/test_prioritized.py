@@ -199,3 +199,34 @@ def test_sample_returns_an_index_batch_the_update_accepts():
     b = s.sample(6)
     assert isinstance(b, IndexBatch) and b.shape == (6,)
     assert s.update_priorities(b, np.linspace(0, 1, 6)) == 0
+
+
+def test_sample_into_equals_sample_and_allocates_nothing():
+    import tracemalloc
+
+    a, b = _filled(1000, seed=5), _filled(1000, seed=5)
+    pr = np.random.default_rng(0).random(1000)
+    a.update_priorities(np.arange(1000), pr)
+    b.update_priorities(np.arange(1000), pr)
+    idx, w, st = np.empty(512, np.int64), np.empty(512, np.float32), np.empty(512, np.int64)
+    for _ in range(3):
+        a.sample_into(idx, w, st)
+        ref = b.sample(512)
+        np.testing.assert_array_equal(idx, ref.indices)
+        np.testing.assert_array_equal(w, ref.weights)
+        np.testing.assert_array_equal(st, ref.stamps)
+        assert a.update_priorities(idx, pr[:512], st) == b.update_priorities(ref, pr[:512])
+    tracemalloc.start()
+    try:
+        base, _ = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        for _ in range(5):
+            a.sample_into(idx, w, st)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak - base < 512 * 4 // 2  # not even the uniforms are allocated
+    with pytest.raises(SamplerError, match="weights must be"):
+        a.sample_into(idx, np.empty(512, np.float64), st)
+    with pytest.raises(SamplerError, match="stamps must be"):
+        a.sample_into(idx, w, st[:5])

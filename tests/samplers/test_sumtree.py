@@ -132,3 +132,33 @@ def test_bad_inputs():
     with pytest.raises(SamplerError, match=r"masses\[0\] = -0.5"):
         t.find([-0.5])
     assert t.leaves.flags.writeable is False
+
+
+@pytest.mark.parametrize("capacity", [1, 2, 3, 5, 8, 9, 16, 17, 100, 1000])
+def test_batched_find_takes_the_per_draw_descent_path(capacity, rng):
+    # the batched descent finishes inside groups of eight leaves, recomputing the two levels
+    # above them: the leaves and remainders are bit for bit those of the node-by-node body
+    # the device runs per lane (replay/_per_kernels.descend)
+    from numbatraj.replay._per_kernels import descend
+
+    for trial in range(20):
+        v = rng.random(capacity) ** 3 * 10
+        v[rng.random(capacity) < 0.3] = 0.0
+        if trial % 3 == 0:
+            v = rng.integers(0, 3, capacity).astype(np.float64)
+        if v.sum() == 0:
+            v[-1] = 1.0
+        t = _tree_from(v)
+        p = t.n_leaves_padded
+        m = rng.random(300) * t.total * 1.02
+        m[:3] = t.total
+        m[3] = np.nextafter(t.total, 0)
+        m[4] = 0.0
+        m[5:40] = np.cumsum(v)[rng.integers(0, capacity, 35)]  # exactly on boundaries
+        out = np.empty(m.shape[0], dtype=np.int64)
+        rem = m.copy()
+        leafvals = np.empty(m.shape[0])
+        K._sumtree_find_cpu(t.sums, p, rem, out, leafvals)
+        expect = np.array([descend(t.sums, p, x) for x in m])
+        np.testing.assert_array_equal(out, expect)
+        np.testing.assert_array_equal(leafvals, t.sums[p + out])

@@ -156,3 +156,54 @@ def test_device_without_gpu_says_why(cudasim):
     with pytest.raises(DeviceUnavailableError) as info:
         UniformDeviceSampler(10, 4, 1)
     assert isinstance(info.value, NumbatrajError)
+
+
+def test_sample_into_continues_the_same_stream_without_allocating():
+    import tracemalloc
+
+    a, b = UniformSampler(1000, seed=42), UniformSampler(1000, seed=42)
+    out = np.empty(8, dtype=np.int64)
+    assert a.sample_into(out) is out
+    assert out.tolist() == [773, 438, 858, 697, 94, 975, 761, 786]  # the golden draws
+    assert a.sample(8).indices.tolist() == [128, 450, 370, 926, 643, 822, 443, 227]
+    b.sample(16)
+    big = np.empty(4096, dtype=np.int64)
+    for n in (7, 1000, 7):  # n_rows changes as sample(n_rows=) does
+        a.sample_into(big, n_rows=n)
+        np.testing.assert_array_equal(big, b.sample(4096, n_rows=n).indices)
+    a.load_state_dict(b.state_dict())  # state restored through numpy: the kernel follows
+    a.sample_into(big)
+    np.testing.assert_array_equal(big, b.sample(4096).indices)
+    tracemalloc.start()
+    try:
+        base, _ = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        for _ in range(5):
+            a.sample_into(big)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak - base < 4096 * 8 // 4  # no B-entry array, not even the raw words
+    with pytest.raises(SamplerError, match="int64"):
+        a.sample_into(np.empty(4, dtype=np.int32))
+    with pytest.raises(SamplerError, match="batch_size must be >= 1"):
+        a.sample_into(np.empty(0, dtype=np.int64))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2**64 - 1])
+def test_raw_words_equal_random_raw(seed):
+    from numbatraj.samplers._args import RawWords
+
+    g, twin = np.random.Generator(np.random.PCG64(seed)), np.random.Generator(np.random.PCG64(seed))
+    words = RawWords(g)
+    assert words._state is not None  # numpy's PCG64: the in-place kernel, not the fallback
+    out = np.empty(1001, dtype=np.uint64)
+    for _ in range(3):
+        words.fill(out)
+        np.testing.assert_array_equal(out, twin.bit_generator.random_raw(1001))
+    assert g.random() == twin.random()  # the generator itself advanced exactly as much
+    other = np.random.Generator(np.random.Philox(seed))  # not PCG64: random_raw is copied
+    fallback = RawWords(other)
+    assert fallback._state is None
+    fallback.fill(out)
+    np.testing.assert_array_equal(out, np.random.Philox(seed).random_raw(1001))
