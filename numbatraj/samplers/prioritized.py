@@ -193,7 +193,10 @@ class PrioritizedSampler:
             indices = indices.indices
         rows = check_rows("indices", indices, self._capacity)
         pr = check_values("priorities", priorities, rows.shape[0])
-        j = int(K._first_absent_cpu(self._present, rows))
+        # once every row has been added (a full buffer: the steady state) none can be absent,
+        # and the scattered reads of ``present`` are skipped
+        full = self._n_present == self._capacity
+        j = -1 if full else int(K._first_absent_cpu(self._present, rows))
         if j >= 0:
             raise RowIndexError(f"indices[{j}] = {rows[j]} was never added (call note_added first)")
         check = stamps is not None
