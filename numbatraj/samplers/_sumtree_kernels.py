@@ -158,10 +158,11 @@ def _sample_prioritized_cpu(sums, mins, p, gen, u, beta, out, weights, stamps, s
     for i in range(b):
         masses[i] = (i + u[i]) * seg
     _sumtree_find_cpu(sums, p, masses, out, leafvals)
-    lo = mins[1]
-    for i in range(b):
-        weights[i] = np.float32((leafvals[i] / lo) ** (-beta))
+    for i in range(b):  # a short loop of independent loads: many misses in flight
         stamps[i] = gen[out[i]]
+    lo = mins[1]
+    for i in range(b):  # ``pow`` is a library call: sharing its loop with the scattered
+        weights[i] = np.float32((leafvals[i] / lo) ** (-beta))  # loads serialises them
 
 
 @njit_kernel
@@ -193,8 +194,9 @@ def _update_rows_cpu(sums, mins, p, gen, rows, priorities, eps, alpha, stamps, c
     true, a row whose generation ``gen[r]`` differs from ``stamps[j]`` was overwritten after
     it was sampled and is skipped.  ``maxp`` float64 (1,) is raised to the largest
     ``priorities[j] + eps`` applied.  ``nodes`` is int64 scratch of ``rows``' length.  Leaves
-    are written first, in order, then the ancestors are recomputed level by level.  Returns
-    the number skipped (int64).
+    are written first, in order (the sum leaves, then the min leaves from them, so a
+    repeated row's last value wins in both), then the ancestors are recomputed level by
+    level.  Returns the number skipped (int64).
     """
     skipped = 0
     top = maxp[0]
@@ -207,10 +209,12 @@ def _update_rows_cpu(sums, mins, p, gen, rows, priorities, eps, alpha, stamps, c
         q = priorities[j] + eps
         if q > top:
             top = q
-        v = q**alpha
-        sums[p + r] = v
-        mins[p + r] = v
+        sums[p + r] = q**alpha
         nodes[j] = p + r
+    for j in range(rows.shape[0]):  # the min leaves, in a loop of their own: ``pow`` is a
+        n = nodes[j]  # library call, and between calls few of these (cold) stores overlap
+        if n > 0:
+            mins[n] = sums[n]
     _recompute_ancestors_cpu(sums, mins, p, nodes)
     maxp[0] = top
     return skipped
