@@ -9,8 +9,8 @@ sums, slower by as much, so the arrays stay apart.)
 
 Every loop that calls ``pow`` (a library call) does nothing else that may miss the cache:
 a miss inside such a loop is waited for alone, while a short loop of independent loads keeps
-many in flight (the stamp gather after a descent took 190 us of a 590 us draw before it got
-a loop of its own).
+many in flight (the stamp gather after a descent took 190 us of a 590 us draw while it shared
+the weights' loop).
 
 Every internal node is recomputed from its two children (``fl(left + right)``), never
 adjusted by a delta, so internal nodes are a pure function of the leaves: no rounding drift
@@ -149,14 +149,15 @@ def _sumtree_find_cpu(sums, p, masses, out, leafvals):  # type: ignore[no-untype
 
 
 @njit_kernel
-def _sample_prioritized_cpu(sums, mins, p, gen, u, beta, out, weights, stamps, scratch):  # type: ignore[no-untyped-def]
-    """Stratified proportional draws with PER weights and generation stamps.
+def _sample_prioritized_cpu(sums, p, gen, u, out, stamps, scratch):  # type: ignore[no-untyped-def]
+    """Stratified proportional draws and their generation stamps.
 
     ``u`` float64 (B,) uniforms in [0, 1); draw ``i`` takes prefix mass
-    ``(i + u[i]) * total / B`` (one uniform per equal-mass segment).  ``weights[i]`` float32
-    is ``(leaf_i / min_leaf) ** -beta``, which is ``(N P(i))**-beta / max_j (N P(j))**-beta``
-    since the largest weight belongs to the smallest leaf (the min-tree root) and ``N`` and
-    the total cancel.  ``stamps[i] = gen[out[i]]``.  ``scratch`` float64 (2, B).
+    ``(i + u[i]) * total / B`` (one uniform per equal-mass segment).  ``out[i]`` is its
+    leaf, ``stamps[i] = gen[out[i]]``; ``scratch`` float64 (2, B): row 1 receives the chosen
+    leaves' values, row 0 is overwritten.  The IS weights ``(leaf_i / min_leaf) ** -beta``
+    are computed by the wrapper with numpy's vectorised ``pow``: three times faster at 4096
+    draws than a libm call per draw here, with the same float32 weights (2M random cases).
     """
     b = u.shape[0]
     seg = sums[1] / b
@@ -167,9 +168,6 @@ def _sample_prioritized_cpu(sums, mins, p, gen, u, beta, out, weights, stamps, s
     _sumtree_find_cpu(sums, p, masses, out, leafvals)
     for i in range(b):  # a short loop of independent loads: many misses in flight
         stamps[i] = gen[out[i]]
-    lo = mins[1]
-    for i in range(b):  # ``pow`` is a library call: sharing its loop with the scattered
-        weights[i] = np.float32((leafvals[i] / lo) ** (-beta))  # loads serialises them
 
 
 @njit_kernel

@@ -287,17 +287,14 @@ class PrioritizedSampler:
         u, scratch = self._scratch(leaves.shape[0])
         self._gen.random(out=u)
         K._sample_prioritized_cpu(
-            t.sums,
-            t.mins,
-            t.n_leaves_padded,
-            self._stamps,
-            u,
-            self._beta,
-            leaves,
-            weights,
-            stamps,
-            scratch,
+            t.sums, t.n_leaves_padded, self._stamps, u, leaves, stamps, scratch
         )
+        # w_i = (N P(i))**-beta / max_j w_j = (leaf_i / min_leaf)**-beta (N and the total
+        # cancel; the largest weight is the smallest leaf's, the min-tree root)
+        w = scratch[0]
+        np.divide(scratch[1], t.mins[1], out=w)
+        np.power(w, -self._beta, out=w)
+        np.copyto(weights, w, casting="same_kind")
 
     def probabilities(self) -> np.ndarray:
         """``P(i)`` of every row (float64, ``(capacity,)``); 0 for rows never added."""
