@@ -76,8 +76,8 @@ def save_replay(rep: Any, path: str | os.PathLike[str]) -> None:
             d, nd, size = rep.demo_capacity, rep.n_demo, rep.size
             for name in rep.columns:
                 data = rep._data[name]
-                f.create_dataset(f"demo/{name}", data=data[:nd])
-                f.create_dataset(f"ring/{name}", data=data[d : d + size])
+                _write(f, f"demo/{name}", data[:nd])
+                _write(f, f"ring/{name}", data[d : d + size])
             for k, a in arrays.items():
                 f.create_dataset(f"sampler/{k}", data=a)
         fd = os.open(tmp, os.O_RDONLY)
@@ -94,6 +94,20 @@ def save_replay(rep: Any, path: str | os.PathLike[str]) -> None:
         raise
 
 
+_CHUNK_BYTES = 1 << 20
+
+
+def _write(f: h5py.File, key: str, data: np.ndarray) -> None:
+    """``data`` as dataset ``key``, copied through 1 MiB pieces when its rows are strided."""
+    if data.flags.c_contiguous or not data.size:
+        f.create_dataset(key, data=data)
+        return
+    ds = f.create_dataset(key, shape=data.shape, dtype=data.dtype)
+    step = max(1, _CHUNK_BYTES // max(1, data[0].nbytes))
+    for a in range(0, data.shape[0], step):
+        ds[a : a + step] = np.ascontiguousarray(data[a : a + step])
+
+
 def _read(f: h5py.File, key: str, dest: np.ndarray, path: str) -> None:
     ds = f.get(key)
     if ds is None or ds.shape != dest.shape or ds.dtype != dest.dtype:
@@ -101,8 +115,20 @@ def _read(f: h5py.File, key: str, dest: np.ndarray, path: str) -> None:
         raise IntegrityError(
             f"checkpoint {path!r}: dataset {key!r} is {got}, expected {dest.dtype} {dest.shape}"
         )
-    if dest.size:
+    if not dest.size:
+        return
+    if dest.flags.c_contiguous:
         ds.read_direct(dest)
+        return
+    # a column of the replay's row records: through a small contiguous buffer, so a load
+    # never holds a second copy of a column
+    per_row = max(1, dest[0].nbytes)
+    step = max(1, _CHUNK_BYTES // per_row)
+    buf = np.empty((min(step, dest.shape[0]), *dest.shape[1:]), dtype=dest.dtype)
+    for a in range(0, dest.shape[0], step):
+        n = min(step, dest.shape[0] - a)
+        ds.read_direct(buf[:n], source_sel=np.s_[a : a + n])
+        dest[a : a + n] = buf[:n]
 
 
 def load_replay(cls: type, path: str | os.PathLike[str]) -> Any:

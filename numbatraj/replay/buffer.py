@@ -22,6 +22,41 @@ from numbatraj.samplers._args import check_count, check_seed
 __all__ = ["StoreReplay"]
 
 
+_RECORD_GATHER_MAX = 1 << 16  # rows; larger gathers go column by column (no scratch)
+
+
+def _record_layout(cols: ReplayColumns) -> tuple[int, dict[str, tuple[int, np.dtype]]]:
+    """Record size (a multiple of 8 bytes) and each column's ``(byte offset, word dtype)``.
+
+    Columns go widest word first, so every offset is a multiple of the column's word size
+    (and of its item size): the word and element views are aligned.
+    """
+    items = []
+    for name in cols.names:
+        nbytes = cols.row_elems(name) * cols.storage_dtype(name).itemsize
+        items.append((name, nbytes, _rk.word_dtype(nbytes) if nbytes else np.dtype(np.uint8)))
+    order = sorted(range(len(items)), key=lambda k: -items[k][2].itemsize)
+    off = 0
+    where = {}
+    for k in order:
+        name, nbytes, wdt = items[k]
+        where[name] = (off, wdt)
+        off += nbytes
+    return max(8, (off + 7) // 8 * 8), where
+
+
+def _view(raw: np.ndarray, shape: tuple[int, ...], dtype: np.dtype, offset: int,
+          row_bytes: int) -> np.ndarray:
+    """``shape`` array of ``dtype`` at byte ``offset`` of every row of the uint8 ``raw``
+    ``(n, row_bytes)``: rows ``row_bytes`` apart, C order inside a row."""
+    dtype = np.dtype(dtype)
+    inner = [dtype.itemsize] * (len(shape) - 1)
+    for k in range(len(shape) - 2, 0, -1):
+        inner[k - 1] = inner[k] * shape[k + 1]
+    return np.ndarray(shape, dtype=dtype, buffer=raw, offset=offset,
+                      strides=(row_bytes, *inner))
+
+
 class StoreReplay:
     """An online replay buffer: any declared column set, a ring, and one sampler.
 
@@ -93,21 +128,36 @@ class StoreReplay:
         self._rows2d: dict[str, np.ndarray] = {}  # (capacity, elements per row), storage dtype
         self._words: dict[str, np.ndarray] = {}  # (capacity, words per row), for gathers
         self._plan: dict[str, tuple[Any, ...]] = {}
+        self._items: dict[str, np.ndarray] = {}  # (capacity,) rows as opaque V<bytes> items
+        # Every physical row is one record holding all of its columns (widest words first,
+        # so each column starts on its word size; the record padded to 8 bytes): a sampled
+        # row is then 3-4 cache lines in one page instead of one or two lines per column.
+        self._layout = _record_layout(self._cols)
+        self._row_bytes = rb = self._layout[0]
+        #: uint64 (capacity, row_bytes / 8): the row records
+        self._rec = np.zeros((cap, rb // 8), dtype=np.uint64)
+        raw = self._rec.view(np.uint8)
         for name, spec in self._cols.specs.items():
-            arr = np.zeros((cap, *spec.shape), dtype=self._cols.storage_dtype(name))
+            off, wdt = self._layout[1][name]
+            sdt = self._cols.storage_dtype(name)
             q = self._cols.quant.get(name)
             e = self._cols.row_elems(name)
-            self._rows2d[name] = arr.reshape(cap, e)
+            arr = _view(raw, (cap, *spec.shape), sdt, off, rb)
+            self._rows2d[name] = _view(raw, (cap, e), sdt, off, rb)
             if q is None:
-                wdt = _rk.word_dtype(spec.row_bytes)
                 self._plan[name] = (None, e, wdt)
-                self._words[name] = arr.reshape(cap, e).view(wdt) if e else arr.reshape(cap, 0)
+                n_w = e * sdt.itemsize // wdt.itemsize
+                self._words[name] = _view(raw, (cap, n_w), wdt, off, rb)
+                self._items[name] = _view(raw, (cap,), np.dtype(f"V{e * sdt.itemsize}"), off, rb)
             else:
                 self._plan[name] = (q, e, None)
             self._data[name] = arr
-        #: (name, (capacity, e) storage, quantisation) of every column with elements
+        self._gather_work: dict[int, tuple[Any, ...]] = {}
+        #: (name, destination, quantisation) of every column with elements: the (capacity,)
+        #: ``V<row bytes>`` item view, or for a quantised column its (capacity, e) codes
         self._put_plan = tuple(
-            (n, self._rows2d[n], self._cols.quant.get(n))
+            (n, self._items[n] if n in self._items else self._rows2d[n],
+             self._cols.quant.get(n))
             for n in self._cols.names
             if self._cols.row_elems(n)
         )
@@ -215,12 +265,35 @@ class StoreReplay:
 
     # ------------------------------------------------------------------ writes
     def _put(self, arrays: dict[str, np.ndarray], base: int, cap: int, cur: int) -> None:
+        """Rows of every column into ring slots ``cur``, ``cur + 1``, ... (mod ``cap``) after
+        physical row ``base``: the slots of ``_ring_kernels.ring_put_cpu`` (the newest
+        ``cap`` rows of a larger batch), as at most two runs per column.
+
+        A column's rows are strided in the row records; each row goes as one opaque item
+        (numpy ``V<row bytes>``), a byte copy per row, measured faster than a kernel loop
+        or numpy's element-wise strided copy.  Quantised columns go through
+        ``ring_put_quantize_cpu``.
+        """
+        n = -1
         for name, dst, q in self._put_plan:
-            src = arrays[name].ravel()  # a view when C-contiguous, else a C-order copy
-            if q is None:
-                _rk.ring_put_cpu(dst, src, base, cap, cur)
+            src = arrays[name]
+            if q is not None:
+                _qk.ring_put_quantize_cpu(self._rows2d[name], src.ravel(), base, cap, cur,
+                                          q.low, q.high, q.scale)
+                continue
+            items = src.reshape(-1).view(dst.dtype)  # a copy only if src was strided
+            if n < 0:
+                n = items.shape[0]
+                skip = _rk.ring_skip_py(n, cap)
+                pos = _rk.ring_slot_py(cur, skip, cap)
+                first = min(n - skip, cap - pos)
+                a = base + pos
+            if skip == 0 and first == n:
+                dst[a : a + n] = items
             else:
-                _qk.ring_put_quantize_cpu(dst, src, base, cap, cur, q.low, q.high, q.scale)
+                dst[a : a + first] = items[skip : skip + first]
+                if skip + first < n:
+                    dst[base : base + n - skip - first] = items[skip + first :]
 
     def add(self, **rows: Any) -> int:
         """Insert one row or a batch of ``n`` rows of every column into the ring.
@@ -418,16 +491,51 @@ class StoreReplay:
                                   lo1, hi1, idx[m:], weights[m:], scratch[:, m:])
         self._sampler.generation(idx, out=batch.stamps)
 
+    def _gather_buffers(self, b: int) -> tuple[Any, ...]:
+        """Records scratch (b, row words) and each column's view of it, reused per size."""
+        w = self._gather_work.get(b)
+        if w is None:
+            if len(self._gather_work) >= 4:
+                self._gather_work.clear()
+            recs = np.empty((b, self._row_bytes // 8), dtype=np.uint64)
+            raw = recs.view(np.uint8)
+            cols = {}
+            for name in self._cols.names:
+                q, e, wdt = self._plan[name]
+                off = self._layout[1][name][0]
+                if q is None:
+                    n_w = e * self._cols.storage_dtype(name).itemsize // wdt.itemsize
+                    cols[name] = _view(raw, (b, n_w), wdt, off, self._row_bytes)
+                else:
+                    cols[name] = _view(raw, (b, e), np.dtype(np.uint8), off, self._row_bytes)
+            w = self._gather_work[b] = (recs, cols, np.arange(b, dtype=np.int64))
+        return w
+
     def _gather(self, idx: np.ndarray, outputs: Mapping[str, np.ndarray]) -> None:
         b = idx.shape[0]
-        for name, out in outputs.items():
+        if b == 0:
+            return
+        if b > _RECORD_GATHER_MAX:  # e.g. rows() of the whole buffer: column by column
+            for name, out in outputs.items():
+                q, e, wdt = self._plan[name]
+                if not e:
+                    continue
+                if q is None:
+                    _rk.gather_rows_cpu(self._words[name], idx, out.reshape(b, e).view(wdt))
+                else:
+                    _qk.gather_dequantize_cpu(self._rows2d[name], idx, q.low, q.step,
+                                              out.reshape(b, e))
+            return
+        recs, cols, ident = self._gather_buffers(b)
+        _rk.gather_rows_cpu(self._rec, idx, recs)  # whole records: the scattered reads
+        for name, out in outputs.items():  # then each column out of them, from cache
             q, e, wdt = self._plan[name]
             if not e:
                 continue
             if q is None:
-                _rk.gather_rows_cpu(self._words[name], idx, out.reshape(b, e).view(wdt))
+                _rk.copy_rows_cpu(cols[name], out.reshape(b, e).view(wdt))
             else:
-                _qk.gather_dequantize_cpu(self._rows2d[name], idx, q.low, q.step, out.reshape(b, e))
+                _qk.gather_dequantize_cpu(cols[name], ident, q.low, q.step, out.reshape(b, e))
 
     def sample(
         self, batch_size: int, k: int | None = None, K: int | None = None

@@ -87,3 +87,11 @@ def test_gather_rows_matches_reference(b, wdt, w, rng):
     out = np.full((b, w), 7, dtype=wdt)
     rk.gather_rows_cpu(src, idx, out)
     np.testing.assert_array_equal(out, gather_rows_ref(src, idx))
+
+
+def test_copy_rows_out_of_records(rng):
+    records = rng.integers(0, 2**32, size=(70, 6), dtype=np.uint32)
+    col = records[:, 1:4]  # strided rows
+    out = np.zeros((70, 3), np.uint32)
+    rk.copy_rows_cpu(col, out)
+    np.testing.assert_array_equal(out, col)
