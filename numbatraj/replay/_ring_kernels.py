@@ -3,6 +3,8 @@
 Physical layout of every column: rows ``[0, D)`` are the pinned demonstration prefix, rows
 ``[D, D + R)`` the ring (``R = capacity - D``).  The ring holds ``size <= R`` rows; the next
 write goes to ring slot ``cursor``; the oldest ring row is at slot ``(cursor - size) mod R``.
+:class:`~numbatraj.replay.StoreReplay` keeps each physical row as one record of all its
+columns, so these kernels also see strided columns (record views) and whole records.
 
 Rows are moved as raw machine words (the word views of ``data/_gather_kernels.py``), so one
 specialization per word type serves every dtype and row shape and NaN payloads survive.
