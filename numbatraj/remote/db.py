@@ -15,6 +15,7 @@ import secrets
 import sqlite3
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -113,7 +114,7 @@ class ApiKey:
     created_at: float
 
 
-class CatalogDB:
+class CatalogDB(ABC):
     """Rows of datasets and API keys over a DB-API connection.
 
     Use :func:`open_db`; this base class holds the SQL, subclasses the connection.
@@ -126,13 +127,13 @@ class CatalogDB:
 
     # -- connection (subclasses) -----------------------------------------------------------
 
-    @contextmanager
-    def _cursor(self) -> Iterator[Any]:  # pragma: no cover - overridden
-        raise NotImplementedError
-        yield
+    @abstractmethod
+    def _cursor(self) -> Any:
+        """A context manager yielding a DB-API cursor inside one transaction."""
 
-    def close(self) -> None:  # pragma: no cover - overridden
-        raise NotImplementedError
+    @abstractmethod
+    def close(self) -> None:
+        """Close the connection."""
 
     def _sql(self, sql: str) -> str:
         return sql if self.placeholder == "?" else sql.replace("?", self.placeholder)
