@@ -120,12 +120,18 @@ def put_pending_blob(
             (project, dataset, sha256, size, object_key, time.time()))
 
 
-def mark_blob_ready(db: CatalogDB, project: str, dataset: str, sha256: str) -> None:
-    """Flip a pending blob to ready."""
-    db._exec(
+def mark_blob_ready(db: CatalogDB, project: str, dataset: str, b: Blob) -> bool:
+    """Flip the pending blob ``b`` to ready; False when the row is no longer ``b``.
+
+    The row must still be pending with ``b``'s object key and size: an offer that replaced
+    it since ``b`` was read (and whose object was never checked) stays pending.
+    """
+    n = db._exec_count(
         "UPDATE recording_blobs SET status = 'ready' WHERE project = ? AND dataset = ? "
-        "AND sha256 = ?", (project, dataset, sha256),
+        "AND sha256 = ? AND status = 'pending' AND object_key = ? AND bytes = ?",
+        (project, dataset, b.sha256, b.object_key, b.bytes),
     )
+    return n > 0
 
 
 def snapshot(db: CatalogDB, project: str, dataset: str) -> dict[str, tuple[str, int, str]]:

@@ -106,7 +106,9 @@ def _complete(h: Any, project: str, dataset: str, sha: str) -> None:
         problem = srv.objects.check(b.object_key, b.sha256, b.bytes)
         if problem is not None:
             raise _HTTPError(409, f"blob {sha} of {project}/{dataset} stays pending: {problem}")
-        R.mark_blob_ready(srv.db, project, dataset, sha)
+        if not R.mark_blob_ready(srv.db, project, dataset, b):
+            raise _HTTPError(409, f"blob {sha} of {project}/{dataset} was offered again while "
+                             "its upload was being checked; complete the new offer's upload")
     h._json(200, {"sha256": sha, "bytes": b.bytes, "status": "ready"})
 
 

@@ -143,6 +143,12 @@ class CatalogDB(ABC):
             cur.execute(self._sql(sql), tuple(params))
             return list(cur.fetchall()) if cur.description else []
 
+    def _exec_count(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run a write statement; the number of rows it changed."""
+        with self._lock, self._cursor() as cur:
+            cur.execute(self._sql(sql), tuple(params))
+            return int(cur.rowcount)
+
     def init_schema(self) -> None:
         """Create the tables when absent (the recording tables included)."""
         from numbatraj.remote._recording_db import RECORDING_SCHEMA
@@ -192,13 +198,19 @@ class CatalogDB(ABC):
                 tuple(asdict(rec).values()),
             )
 
-    def mark_ready(self, name: str, version: str) -> None:
-        """Flip a pending row to ready."""
-        self._exec(
+    def mark_ready(self, rec: DatasetRecord) -> bool:
+        """Flip the pending row ``rec`` to ready; False when the row is no longer ``rec``.
+
+        The row must still hold ``rec``'s object key, sha256 and size: a registration that
+        replaced it since ``rec`` was read (and whose object was never checked) stays pending.
+        """
+        n = self._exec_count(
             "UPDATE datasets SET status = 'ready', updated_at = ? "
-            "WHERE name = ? AND version = ? AND status = 'pending'",
-            (time.time(), name, version),
+            "WHERE name = ? AND version = ? AND status = 'pending' AND object_key = ? "
+            "AND sha256 = ? AND bytes = ?",
+            (time.time(), rec.name, rec.version, rec.object_key, rec.sha256, rec.bytes),
         )
+        return n > 0
 
     # -- API keys --------------------------------------------------------------------------
 

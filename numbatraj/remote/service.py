@@ -243,7 +243,11 @@ class _Handler(BaseHTTPRequestHandler):
             problem = srv.objects.check(rec.object_key, rec.sha256, rec.bytes)
             if problem is not None:
                 raise _HTTPError(409, f"{name} {version} stays pending: {problem}")
-            srv.db.mark_ready(name, version)
+            if not srv.db.mark_ready(rec):
+                raise _HTTPError(
+                    409, f"dataset {name!r} version {version!r} was registered again while "
+                    "its upload was being checked; complete the new registration's upload",
+                )
             rec = srv.db.get(name, version)
             assert rec is not None
         return rec.public()

@@ -1,0 +1,106 @@
+"""Review fixes in the catalog service: completion races, the signing key, info.json
+templates, and passwords kept out of messages."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from numbatraj.errors import CatalogError
+from numbatraj.remote import _recording_db as R
+
+from .conftest import Catalog
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _racing_check(catalog: Catalog, again: Any) -> Any:
+    """Wrap ``objects.check`` so ``again()`` runs between the check and the DB update."""
+    orig = catalog.service.objects.check
+
+    def check(key: str, sha: str, n: int) -> str | None:
+        out = orig(key, sha, n)
+        again()
+        return out
+
+    return check
+
+
+# -- 1. a completion racing a second registration ---------------------------------------------
+
+
+def test_dataset_complete_racing_reregistration_is_409(
+    catalog: Catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cat = catalog.client()
+    data = b"A" * 1000
+    f = tmp_path / "a.bin"
+    f.write_bytes(data)
+    reg = cat._call("POST", "/v1/datasets", json={
+        "name": "ds", "version": "v1", "sha256": _sha(data), "bytes": len(data)})
+    cat._upload(str(f), reg["upload"])
+    other = b"B" * 7
+
+    def again() -> None:
+        cat._call("POST", "/v1/datasets", json={
+            "name": "ds", "version": "v1", "sha256": _sha(other), "bytes": len(other)})
+
+    monkeypatch.setattr(catalog.service.objects, "check", _racing_check(catalog, again))
+    with pytest.raises(CatalogError, match=r"'ds' version 'v1' was registered again") as ei:
+        cat._call("POST", "/v1/datasets/ds/v1/complete")
+    assert getattr(ei.value, "status", None) == 409
+    rec = catalog.service.db.get("ds", "v1")
+    assert rec is not None and rec.status == "pending" and rec.sha256 == _sha(other)
+    monkeypatch.undo()
+    # the new registration completes once its own object is there
+    f.write_bytes(other)
+    reg2 = cat._call("POST", "/v1/datasets", json={
+        "name": "ds", "version": "v1", "sha256": _sha(other), "bytes": len(other)})
+    cat._upload(str(f), reg2["upload"])
+    assert cat._call("POST", "/v1/datasets/ds/v1/complete")["status"] == "ready"
+
+
+def test_blob_complete_racing_reoffer_is_409(
+    catalog: Catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cat = catalog.client()
+    data = b"C" * 500
+    sha = _sha(data)
+    f = tmp_path / "c.bin"
+    f.write_bytes(data)
+    offer = {"path": "data/x.bin", "sha256": sha, "bytes": len(data)}
+    base = "/v1/recordings/proj/set1"
+    out = cat._call("POST", f"{base}/offer", json=offer)
+    assert out["state"] == "upload"
+    cat._upload(str(f), out["upload"])
+    first = R.blob(catalog.service.db, "proj", "set1", sha)
+    assert first is not None
+
+    def again() -> None:  # a second offer swaps the pending row's object key
+        assert cat._call("POST", f"{base}/offer", json=offer)["state"] == "upload"
+
+    monkeypatch.setattr(catalog.service.objects, "check", _racing_check(catalog, again))
+    with pytest.raises(CatalogError, match=r"offered again") as ei:
+        cat._call("POST", f"{base}/blobs/{sha}/complete")
+    assert getattr(ei.value, "status", None) == 409
+    b = R.blob(catalog.service.db, "proj", "set1", sha)
+    assert b is not None and b.status == "pending" and b.object_key != first.object_key
+
+
+def test_mark_blob_ready_leaves_a_ready_or_replaced_row(catalog: Catalog) -> None:
+    db = catalog.service.db
+    sha = "ab" * 32
+    R.put_pending_blob(db, "p", "d", sha, 3, "k1")
+    b1 = R.blob(db, "p", "d", sha)
+    assert b1 is not None
+    R.put_pending_blob(db, "p", "d", sha, 3, "k2")
+    assert not R.mark_blob_ready(db, "p", "d", b1)
+    b2 = R.blob(db, "p", "d", sha)
+    assert b2 is not None and b2.status == "pending"
+    assert R.mark_blob_ready(db, "p", "d", b2)
+    assert not R.mark_blob_ready(db, "p", "d", b2)  # already ready
