@@ -24,7 +24,7 @@ import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
 from numbatraj.importers import _lerobot_schema as S
-from numbatraj.importers._lerobot_write_meta import Batch
+from numbatraj.importers._lerobot_write_meta import Batch, fsync_dir
 from numbatraj.io.video_encode import VideoEncoder
 
 __all__ = ["PART_SUFFIX", "CameraFiles", "DataFiles", "next_key"]
@@ -40,7 +40,10 @@ def next_key(key: Key) -> Key:
 
 
 def _finish(part: str) -> None:
+    """Rename a finished (already fsynced) ``part`` file into place and fsync its directory,
+    so the rename is durable before any metadata naming the file is written."""
     os.replace(part, part[: -len(PART_SUFFIX)])
+    fsync_dir(os.path.dirname(part) or ".")
 
 
 class CameraFiles:

@@ -172,7 +172,8 @@ class VideoEncoder:
         return self.encoded_bytes + pending * self.encoded_bytes // self.packets
 
     def close(self) -> None:
-        """Flush the encoder, write the container trailer and close the file."""
+        """Flush the encoder, write the container trailer, close the file and fsync it (so
+        that metadata written after it never names a video still in the page cache)."""
         container, self._container = self._container, None
         if container is None:
             return
@@ -183,6 +184,11 @@ class VideoEncoder:
                 container.mux(packet)
         finally:
             container.close()
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def abort(self) -> None:
         """Close without flushing and delete the file."""
