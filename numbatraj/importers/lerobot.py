@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -239,7 +240,9 @@ def import_lerobot_v3(
     parent = os.path.dirname(os.path.abspath(out))
     os.makedirs(parent, exist_ok=True)
     require_free_space(out, estimate_store_bytes(plan, height, width), what=f"the store {out!r}")
-    tmp = out + ".tmp"
+    # A name of its own (the store writer builds it at ``<tmp>.tmp``): two imports to the same
+    # ``out`` never share, or delete, each other's temporary file.
+    tmp = f"{out}.{secrets.token_hex(4)}.tmp"
     writer = TrajectoryStoreWriter(
         tmp,
         store_columns(plan, height, width),
