@@ -34,6 +34,7 @@ __all__ = [
     "Batch",
     "CAMERA_PREFIX",
     "DEFAULT_CRF",
+    "JOURNAL_PATH",
     "canonical_codec",
     "codec_options",
     "encoder_options",
@@ -45,6 +46,8 @@ __all__ = [
     "data_schema",
     "episode_data_table",
     "episodes_table",
+    "fsync_dir",
+    "replay_journal",
     "temp_name",
     "tasks_table",
     "video_feature_info",
@@ -56,6 +59,11 @@ DEFAULT_CRF = 30
 #: Per-episode statistics kept for :meth:`LeRobotWriter.resume`, written at every checkpoint.
 SIDECAR_PATH = "meta/numbatraj_writer_stats.json"
 SIDECAR_VERSION = 1
+#: Commit journal of a checkpoint: the renames still to do, written (atomically) after every
+#: temporary file is complete and before the first rename, deleted after the last one.
+#: :func:`replay_journal` finishes an interrupted checkpoint from it.
+JOURNAL_PATH = "meta/.checkpoint.json"
+JOURNAL_VERSION = 1
 #: Feature-key prefix LeRobot's recorder gives cameras.
 CAMERA_PREFIX = "observation.images."
 
@@ -74,7 +82,8 @@ def temp_name(path: str) -> str:
     return os.path.join(head, f".{tail}.{os.getpid()}.tmp")
 
 
-def _fsync_dir(path: str) -> None:
+def fsync_dir(path: str) -> None:
+    """fsync a directory (its entries: renames, creations); errors are ignored."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -151,8 +160,27 @@ class Batch:
         """Add ``tables`` (one schema) as one Snappy Parquet file, one row group each."""
         return self.add(path, _parquet_fill(path, tables))
 
-    def apply(self) -> None:
-        """Rename every temporary file over its destination, then fsync the directories."""
+    def apply(self, journal_root: str | None = None) -> None:
+        """Rename every temporary file over its destination, then fsync the directories.
+
+        With ``journal_root`` (a dataset directory) and more than one file, the renames are
+        first recorded in ``<journal_root>/``:data:`JOURNAL_PATH`, which is deleted once they
+        are all durable: a crash between two renames leaves the journal, and
+        :func:`replay_journal` completes them.
+        """
+        journal = None
+        if journal_root is not None and len(self._pending) > 1:
+            journal = os.path.join(journal_root, JOURNAL_PATH)
+            doc = {
+                "version": JOURNAL_VERSION,
+                "renames": [
+                    [os.path.relpath(t, journal_root), os.path.relpath(p, journal_root)]
+                    for t, p in self._pending
+                ],
+            }
+            tmp = _write_temp(journal, _json_fill(doc))
+            os.replace(tmp, journal)
+            fsync_dir(os.path.dirname(journal))
         dirs = []
         for tmp, path in self._pending:
             os.replace(tmp, path)
@@ -160,7 +188,10 @@ class Batch:
                 dirs.append(os.path.dirname(path))
         self._pending.clear()
         for d in dirs:
-            _fsync_dir(d)
+            fsync_dir(d)
+        if journal is not None:
+            os.remove(journal)
+            fsync_dir(os.path.dirname(journal))
 
     def discard(self) -> None:
         """Delete the temporary files not yet renamed."""
@@ -170,6 +201,60 @@ class Batch:
             except FileNotFoundError:
                 pass
         self._pending.clear()
+
+
+def _journal_path(root: str, rel: Any) -> str:
+    """``rel`` (from a journal) under ``root``; refuses anything that would leave it."""
+    if not isinstance(rel, str) or not rel or os.path.isabs(rel):
+        raise ValueError(f"{JOURNAL_PATH} names {rel!r}, not a path inside the dataset")
+    norm = os.path.normpath(rel)
+    if norm == ".." or norm.startswith(".." + os.sep):
+        raise ValueError(f"{JOURNAL_PATH} names {rel!r}, outside the dataset")
+    return os.path.join(root, norm)
+
+
+def replay_journal(root: str) -> list[str]:
+    """Finish the checkpoint a crash interrupted between its renames.
+
+    Reads ``<root>/``:data:`JOURNAL_PATH` (absent: nothing to do), renames every temporary
+    file it lists that is still there over its destination (the ones already renamed are
+    gone), fsyncs the directories and deletes the journal.  Returns the destinations renamed
+    now.  Raises ``ValueError`` for a journal that does not read back, or a rename whose
+    temporary file and destination are both missing.
+    """
+    journal = os.path.join(root, JOURNAL_PATH)
+    if not os.path.isfile(journal):
+        return []
+    with open(journal, encoding="utf-8") as fh:
+        doc = json.load(fh)
+    if not isinstance(doc, dict) or doc.get("version") != JOURNAL_VERSION:
+        raise ValueError(f"{JOURNAL_PATH} is not a version-{JOURNAL_VERSION} journal")
+    renames = doc.get("renames")
+    if not isinstance(renames, list) or not all(
+        isinstance(r, list) and len(r) == 2 for r in renames
+    ):
+        raise ValueError(f"{JOURNAL_PATH} has no list of renames")
+    pairs = [(_journal_path(root, t), _journal_path(root, p)) for t, p in renames]
+    for tmp, path in pairs:
+        name = os.path.basename(tmp)
+        if not (name.startswith(".") and name.endswith(".tmp")):
+            raise ValueError(f"{JOURNAL_PATH} renames {tmp!r}, not a temporary file")
+        if not os.path.exists(tmp) and not os.path.exists(path):
+            raise ValueError(
+                f"{JOURNAL_PATH}: neither {tmp!r} nor its destination {path!r} exists"
+            )
+    done, dirs = [], []
+    for tmp, path in pairs:
+        if os.path.exists(tmp):
+            os.replace(tmp, path)
+            done.append(path)
+        if os.path.dirname(path) not in dirs:
+            dirs.append(os.path.dirname(path))
+    for d in dirs:
+        fsync_dir(d)
+    os.remove(journal)
+    fsync_dir(os.path.dirname(journal))
+    return done
 
 
 def atomic_write_json(path: str, doc: Any) -> None:

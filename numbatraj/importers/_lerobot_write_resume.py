@@ -7,9 +7,11 @@ statistics cannot be recomputed without decoding every video, so they come from 
 ``meta/numbatraj_writer_stats.json`` written at every checkpoint; the sidecar is also what
 marks a directory as written with checkpoints (one mp4 per episode).
 
-What a crash left behind is removed first: ``*.part`` files (the videos or data file of the
-episode in progress) and hidden ``.*.tmp`` files (a checkpoint interrupted before its
-renames).
+A checkpoint a crash interrupted between two of its renames is completed first, from its
+journal (:func:`~numbatraj.importers._lerobot_write_meta.replay_journal`): every temporary
+file was complete before the first rename, so it rolls forward.  What a crash left behind is
+then removed: ``*.part`` files (the videos or data file of the episode in progress) and
+hidden ``.*.tmp`` files (a checkpoint interrupted before its journal was written).
 """
 
 from __future__ import annotations
@@ -23,7 +25,12 @@ from typing import TYPE_CHECKING, Any
 from numbatraj.importers import _lerobot_schema as S
 from numbatraj.importers._lerobot_meta import load_plan
 from numbatraj.importers._lerobot_write_files import PART_SUFFIX, next_key
-from numbatraj.importers._lerobot_write_meta import SIDECAR_PATH, SIDECAR_VERSION, camera_key
+from numbatraj.importers._lerobot_write_meta import (
+    SIDECAR_PATH,
+    SIDECAR_VERSION,
+    camera_key,
+    replay_journal,
+)
 from numbatraj.importers._lerobot_write_stats import stats_from_json
 from numbatraj.io.parquet import read_parquet
 from numbatraj.io.video_encode import resolve_codec
@@ -124,6 +131,10 @@ def resume_writer(
         The directory does not read back as a complete dataset.
     """
     root = os.path.abspath(os.fspath(root))
+    try:
+        completed = replay_journal(root)
+    except (OSError, ValueError) as exc:
+        raise _refuse(root, f"its interrupted checkpoint cannot be completed: {exc}") from exc
     if not os.path.isfile(os.path.join(root, S.INFO_PATH)):
         raise _refuse(root, f"{S.INFO_PATH} does not exist; there is no dataset to continue")
     side = _read_sidecar(root)
@@ -167,6 +178,7 @@ def resume_writer(
     writer._stats = [stats_from_json(s["stats"]) for s in stats[:n]]
     writer.total_frames = sum(ep.length for ep in plan.episodes)
     writer.resumed_removed = removed  # type: ignore[attr-defined]
+    writer.resumed_completed = completed  # type: ignore[attr-defined]
     if not rows:
         return writer
     last = rows[-1]

@@ -388,7 +388,9 @@ class LeRobotWriter:
 
     def _write_metadata(self, batch: Batch) -> None:
         """Add every metadata file to ``batch`` and apply it: the files are complete before
-        the first rename, and ``info.json`` is renamed last."""
+        the first rename, ``info.json`` is renamed last, and the renames are journalled
+        (:data:`~numbatraj.importers._lerobot_write_meta.JOURNAL_PATH`) so that
+        :meth:`resume` completes a checkpoint a crash interrupted between two of them."""
         if not self._rows:
             batch.apply()
             return
@@ -406,7 +408,7 @@ class LeRobotWriter:
         except BaseException:
             batch.discard()
             raise
-        batch.apply()
+        batch.apply(journal_root=root)
         if size >= self.data_mb * _MB:  # the next episode starts a new episode-table file
             self._meta_key = next_key(self._meta_key)
             self._meta_first = len(self._rows)
@@ -475,9 +477,10 @@ class LeRobotWriter:
 
         The arguments are the constructor's; they must match what is on disk (fps, cameras,
         resolution, state and action names, and the codec and CRF when given).  ``video_mb``,
-        ``data_mb`` and ``robot_type`` default to the directory's.  Leftovers of a crash
-        (``*.part`` videos of the episode in progress, temporary metadata files) are
-        deleted first.
+        ``data_mb`` and ``robot_type`` default to the directory's.  A checkpoint a crash
+        interrupted between its renames is completed first (from its journal; the paths
+        renamed are in ``resumed_completed``), then leftovers of a crash (``*.part`` videos
+        of the episode in progress, temporary metadata files) are deleted.
 
         Raises
         ------
