@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
-from numbatraj.errors import CatalogRequestError
+from numbatraj.errors import CatalogRequestError, IntegrityError
 from numbatraj.io.hashing import sha256_file
 
 __all__ = [
@@ -44,6 +44,8 @@ __all__ = [
 
 #: SigV4 presigned URLs are valid for at most 7 days.
 MAX_EXPIRY_S = 7 * 24 * 3600
+#: The embedded store's URL-signing key is this many random bytes; a shorter one is refused.
+_MIN_SECRET_BYTES = 32
 _KEY = re.compile(r"datasets/[a-z0-9][a-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._+-]*/[0-9a-f]{32}\.bin")
 
 
@@ -106,16 +108,54 @@ class FileObjects:
         self.description = f"file://{self.root}"
 
     def _load_secret(self) -> bytes:
+        """The signing key in ``root/.signing-key``, made on first use.
+
+        A new key is written whole to a temporary file, synced, then hard-linked into place,
+        which fails when another start got there first (its key is then the one read): the
+        key file is never seen empty or half written, and concurrent starts share one key.
+        """
         path = os.path.join(self.root, ".signing-key")
+        if not os.path.exists(path):
+            self._make_secret(path)
+        with open(path, "rb") as f:
+            secret = f.read()
+        if len(secret) < _MIN_SECRET_BYTES:
+            raise IntegrityError(
+                f"signing key {path} holds {len(secret)} bytes, fewer than "
+                f"{_MIN_SECRET_BYTES}: URLs signed with it could be forged; delete the file "
+                "to make a new key (URLs issued before then stop working)"
+            )
+        return secret
+
+    @staticmethod
+    def _make_secret(path: str) -> None:
+        tmp = f"{path}.{os.getpid()}.{secrets.token_hex(8)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
-            with open(path, "rb") as f:
-                return f.read()
-        except FileNotFoundError:
-            key = secrets.token_bytes(32)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "wb") as f:
-                f.write(key)
-            return key
+                f.write(secrets.token_bytes(_MIN_SECRET_BYTES))
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return  # another start placed its key first; that one is read
+            except OSError:  # a file system without hard links
+                if os.path.exists(path):
+                    return
+                os.replace(tmp, path)
+            dfd = os.open(os.path.dirname(path), os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            except OSError:
+                pass
+            finally:
+                os.close(dfd)
+        finally:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
 
     def path_of(self, key: str) -> str:
         """Local path of ``key``; refuses anything that is not a key this service made."""

@@ -104,3 +104,42 @@ def test_mark_blob_ready_leaves_a_ready_or_replaced_row(catalog: Catalog) -> Non
     assert b2 is not None and b2.status == "pending"
     assert R.mark_blob_ready(db, "p", "d", b2)
     assert not R.mark_blob_ready(db, "p", "d", b2)  # already ready
+
+
+# -- 2. the embedded object store's signing key -----------------------------------------------
+
+
+@pytest.mark.parametrize("content", [b"", b"short"])
+def test_short_signing_key_is_refused(tmp_path: Path, content: bytes) -> None:
+    from numbatraj.errors import IntegrityError
+    from numbatraj.remote.objects import FileObjects
+
+    (tmp_path / ".signing-key").write_bytes(content)
+    with pytest.raises(IntegrityError, match=r"\.signing-key holds \d+ bytes"):
+        FileObjects(str(tmp_path))
+
+
+def test_signing_key_is_made_once_and_shared(tmp_path: Path) -> None:
+    import os
+    import threading
+
+    from numbatraj.remote.objects import FileObjects
+
+    root = tmp_path / "objects"
+    got: list[bytes] = []
+    barrier = threading.Barrier(8)
+
+    def start() -> None:
+        barrier.wait()
+        got.append(FileObjects(str(root)).secret)
+
+    threads = [threading.Thread(target=start) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 8 and len(set(got)) == 1 and len(got[0]) >= 32
+    assert (root / ".signing-key").read_bytes() == got[0]
+    assert FileObjects(str(root)).secret == got[0]
+    assert sorted(os.listdir(root)) == [".signing-key"]  # no temporary file left
+    assert (os.stat(root / ".signing-key").st_mode & 0o777) == 0o600
