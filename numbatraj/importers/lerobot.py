@@ -196,8 +196,9 @@ def import_lerobot_v3(
         The dataset directory (holding ``meta/info.json``); see
         :func:`~numbatraj.importers.hub_cache.resolve_dataset_root` for Hub datasets.
     out : path-like
-        The ``.h5`` store to write.  It is built at ``<out>.tmp`` and renamed when complete;
-        a failed import leaves nothing at ``out``.
+        The ``.h5`` store to write.  It is built under a temporary name of its own
+        (``<out>.<random hex>.tmp``) and renamed when complete; a failed import leaves
+        nothing at ``out`` and removes only its own temporary file.
     height, width : int
         Image size in the store; frames of another size are resized (Pillow BILINEAR).
     force : bool
