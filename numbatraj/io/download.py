@@ -3,10 +3,15 @@
 The bytes go to ``<dest>.part`` (see :class:`numbatraj.io.atomic.PartFile`) and are renamed
 to ``dest`` only once the transfer is complete and its SHA-256 matches.  A dropped
 connection resumes with an HTTP ``Range`` request, within a bounded number of retries and
-across runs (a part file left by an earlier run is resumed).  A resumed body is accepted only
-as ``206`` with a ``Content-Range`` that starts where the part file ends and has the expected
-total; a ``200`` answer to a ``Range`` request carries the whole file, so the part file is
-emptied and the transfer restarts from zero with that body.
+across runs.  A part file left by an earlier run is resumed only when the response that
+started it gave a validator (strong ``ETag`` or ``Last-Modified``, kept in the sidecar
+``<dest>.part.meta``), sent back as ``If-Range`` so a changed resource answers ``200``, or
+when ``sha256`` is given; a resumed transfer whose digest then mismatches restarts from
+zero once before the mismatch is raised.  Error messages never carry a URL's query string
+or credentials (:func:`redact_text`).  A resumed body is accepted only as ``206`` with a
+``Content-Range`` that starts where the part file ends and has the expected total (and no
+other validator than the part file's); a ``200`` answer to a ``Range`` request carries the
+whole file, so the part file is emptied and the transfer restarts from zero with that body.
 
 There is no total timeout.  A throughput guard declares the connection dead when fewer than
 ``min_rate`` bytes per second arrived over the last ``rate_window`` seconds, at any file
@@ -15,7 +20,9 @@ size, so a server trickling a byte every few seconds cannot hang a run.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import sys
 import time
 from collections import deque
@@ -28,10 +35,10 @@ import requests
 import urllib3
 
 from numbatraj.errors import DownloadError, IntegrityError
-from numbatraj.io.atomic import SYNC_EVERY_BYTES, PartFile
+from numbatraj.io.atomic import SYNC_EVERY_BYTES, PartFile, part_path
 from numbatraj.io.hashing import check_sha256_hex, sha256_file
 
-__all__ = ["FetchResult", "fetch", "redact_url"]
+__all__ = ["FetchResult", "fetch", "redact_text", "redact_url"]
 
 _RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 
@@ -73,9 +80,92 @@ class _Retryable(Exception):
 
 
 def redact_url(url: str) -> str:
-    """``url`` without its query string, which for a presigned URL holds the signature."""
-    parts = urlsplit(url)
-    return urlunsplit((parts.scheme, parts.netloc, parts.path, "..." if parts.query else "", ""))
+    """``url`` without its query string (a presigned URL's signature), fragment and
+    ``user:password@``: the network location is rebuilt from host and port only."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return "<unparsable URL>"
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host if port is None else f"{host}:{port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "..." if parts.query else "", ""))
+
+
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+_QUERY_IN_TEXT = re.compile(r"(/[^\s?'\"<>]*)\?[^\s'\"<>()]+")
+
+
+def redact_text(text: object, *urls: str) -> str:
+    """``str(text)`` with every URL in it passed through :func:`redact_url`, every
+    ``/path?query`` (as in a ``requests`` error's ``url: /p?X-Amz-Signature=...``) cut to
+    ``/path?...``, and the query string and credentials of each of ``urls`` removed wherever
+    they appear; for exception texts put into messages."""
+    out = str(text)
+    for url in urls:
+        try:
+            parts = urlsplit(url)
+            secrets = [parts.query, parts.password or "", parts.netloc.rpartition("@")[0]]
+        except ValueError:
+            continue
+        out = out.replace(url, redact_url(url))
+        for secret in secrets:
+            if secret:
+                out = out.replace(secret, "...")
+    out = _URL_IN_TEXT.sub(lambda m: redact_url(m.group(0)), out)
+    return _QUERY_IN_TEXT.sub(r"\1?...", out)
+
+
+def _meta_path(dest: str) -> str:
+    """The sidecar of ``<dest>.part``: the validators of the response that started it."""
+    return part_path(dest) + ".meta"
+
+
+def _validators(headers: Any) -> dict[str, str]:
+    """The strong ``ETag`` and the ``Last-Modified`` of a response, where given."""
+    out: dict[str, str] = {}
+    etag = (headers.get("ETag") or "").strip()
+    if etag and not etag.startswith("W/"):  # a weak ETag cannot go into If-Range
+        out["etag"] = etag
+    modified = (headers.get("Last-Modified") or "").strip()
+    if modified:
+        out["last_modified"] = modified
+    return out
+
+
+def _read_meta(dest: str) -> dict[str, str]:
+    try:
+        with open(_meta_path(dest), encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {k: v for k, v in data.items() if k in ("etag", "last_modified") and
+            isinstance(v, str) and v}
+
+
+def _write_meta(dest: str, validators: dict[str, str]) -> None:
+    """Record (atomically) or, with no validators, remove the part file's sidecar."""
+    path = _meta_path(dest)
+    if not validators:
+        _remove_meta(dest)
+        return
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(validators, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _remove_meta(dest: str) -> None:
+    try:
+        os.unlink(_meta_path(dest))
+    except FileNotFoundError:
+        pass
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -136,6 +226,7 @@ def _describe_response(resp: requests.Response, url: str) -> str:
         text = resp.content[:300].decode("utf-8", "replace").strip()
     except (requests.RequestException, urllib3.exceptions.HTTPError, OSError):
         text = ""  # the body only decorates the message
+    text = redact_text(text, url)
     msg = f"HTTP {resp.status_code} {resp.reason or ''} from {redact_url(url)}".rstrip()
     if resp.status_code == 403:
         msg += " (access denied: a presigned URL may have expired or been altered)"
@@ -226,8 +317,15 @@ def fetch(
     own_session = session is None
     sess = session if session is not None else requests.Session()
     try:
-        with PartFile(dest, sync_every=sync_every, background=True) as part:
+        meta = _read_meta(dest)
+        # a part file from an earlier run is resumed only when the resource can be shown to
+        # be the same one (If-Range on its validator) or the final digest is checked
+        keep = bool(meta) or sha256 is not None
+        if not keep:
+            _remove_meta(dest)
+        with PartFile(dest, sync_every=sync_every, keep_existing=keep, background=True) as part:
             t = _Transfer(url, part, sha256, size, headers, sess, connect_timeout, chunk_size)
+            t.validators = meta if part.size > 0 else {}
             return t.run(retries, min_rate, rate_window, max_wait, backoff, bool(progress))
     finally:
         if own_session:
@@ -259,6 +357,8 @@ class _Transfer:
         self.connect_timeout = connect_timeout
         self.chunk_size = int(chunk_size)
         self.resumed_from = part.size
+        self.validators: dict[str, str] = {}
+        self.restarted = False
         self.downloaded = 0
         self.requests = 0
         self.bar: Any = None
@@ -291,7 +391,10 @@ class _Transfer:
                     if self.total is None or self.part.size < self.total:
                         self._attempt(min_rate, rate_window)
                     if self.total is None or self.part.size == self.total:
-                        return self._finish()
+                        result = self._finish()
+                        if result is not None:
+                            return result
+                        continue  # a resumed part was stale: restarted from zero
                     raise _Retryable(
                         f"body ended at byte {self.part.size} of {self.total}"
                     )
@@ -301,14 +404,15 @@ class _Transfer:
                         raise DownloadError(
                             f"download of {redact_url(self.url)} failed after "
                             f"{len(failures)} attempts ({self.part.size} bytes kept in "
-                            f"{self.part.path} for a later resume); last error: {exc}"
+                            f"{self.part.path} for a later resume); last error: "
+                            f"{redact_text(exc, self.url)}"
                         ) from None
                     pause = backoff * (2 ** (len(failures) - 1)) if exc.wait is None else exc.wait
                     if waited + pause > max_wait:
                         raise DownloadError(
                             f"download of {redact_url(self.url)} gave up: waiting {pause:g} s "
                             f"more would exceed max_wait={max_wait:g} s ({waited:g} s already "
-                            f"waited); last error: {exc}"
+                            f"waited); last error: {redact_text(exc, self.url)}"
                         ) from None
                     time.sleep(pause)
                     waited += pause
@@ -316,17 +420,32 @@ class _Transfer:
             if self.bar is not None:
                 self.bar.close()
 
-    def _finish(self) -> FetchResult:
+    def _restart(self) -> None:
+        """Empty the part file; the next request starts from zero."""
+        self.part.truncate()
+        self.validators = {}
+        _remove_meta(self.part.dest)
+        if not self.size_from_caller:
+            self.total = None
+
+    def _finish(self) -> FetchResult | None:
         got = self.part.hexdigest()
         if self.sha256 is not None and got != self.sha256:
+            if self.resumed_from > 0 and not self.restarted:
+                # the part left by an earlier run may hold another version's bytes
+                self.restarted = True
+                self._restart()
+                return None
             size = self.part.size
             self.part.discard()
+            _remove_meta(self.part.dest)
             raise IntegrityError(
                 f"sha256 mismatch for {redact_url(self.url)}: expected {self.sha256}, "
                 f"got {got} ({size} bytes); the partial file {self.part.path} was deleted"
             )
         size = self.part.size
         path = self.part.commit()
+        _remove_meta(self.part.dest)
         return FetchResult(path, got, size, self.downloaded, self.requests, self.resumed_from)
 
     # -- one request -----------------------------------------------------------------------
@@ -336,6 +455,9 @@ class _Transfer:
         headers = dict(self.headers)
         if offset > 0:
             headers["Range"] = f"bytes={offset}-"
+            validator = self.validators.get("etag") or self.validators.get("last_modified")
+            if validator:
+                headers["If-Range"] = validator  # a changed resource answers 200, whole
         self.requests += 1
         try:
             resp = self.session.get(
@@ -343,7 +465,9 @@ class _Transfer:
                 timeout=(self.connect_timeout, rate_window),
             )
         except (requests.ConnectionError, requests.Timeout) as exc:
-            raise _Retryable(f"request to {redact_url(self.url)} failed: {exc}") from None
+            raise _Retryable(
+                f"request to {redact_url(self.url)} failed: {redact_text(exc, self.url)}"
+            ) from None
         with resp:
             body_len = self._accept(resp, offset)
             if body_len == 0:
@@ -390,9 +514,22 @@ class _Transfer:
         body_len = int(length) if length is not None and length.isdigit() else None
         if status == 200:
             if offset:
-                self.part.truncate()  # a Range request answered with the whole file
+                self._restart()  # a Range request answered with the whole file
+            self.validators = _validators(resp.headers)
+            _write_meta(self.part.dest, self.validators)
             self._expect_total(body_len, "Content-Length")
             return body_len
+        got = _validators(resp.headers)
+        changed = [k for k in ("etag", "last_modified")
+                   if k in got and k in self.validators and got[k] != self.validators[k]]
+        if changed:
+            msg = (
+                f"{redact_url(self.url)} changed since the part file was started ("
+                + ", ".join(f"{k} {self.validators[k]!r} -> {got[k]!r}" for k in changed)
+                + "); restarting from zero"
+            )
+            self._restart()
+            raise _Retryable(msg)
         start, end, total = _content_range(resp.headers.get("Content-Range"))
         if (
             start != offset
@@ -423,7 +560,8 @@ class _Transfer:
                 data = read(want, decode_content=False)
             except (urllib3.exceptions.HTTPError, requests.RequestException, OSError) as exc:
                 raise _Retryable(
-                    f"connection to {redact_url(self.url)} broke after {got} body bytes: {exc}"
+                    f"connection to {redact_url(self.url)} broke after {got} body bytes: "
+                    f"{redact_text(exc, self.url)}"
                 ) from None
             if not data:
                 break
