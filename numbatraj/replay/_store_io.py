@@ -1,8 +1,10 @@
 """Replay <-> trajectory store: dump the rows in time order, fill a replay from a store.
 
 A dump writes the demonstration rows, then the online rows oldest first, and closes an
-episode after every row whose ``done`` or ``truncated`` is set (rows after the last such
-row form a final, unfinished episode, recorded as ``attr.last_episode_open=1``).  Quantised
+episode after every row whose ``done`` or ``truncated`` is set and after the last demo row
+when online rows follow (the demo prefix never runs into the first online episode); rows
+after the last such cut form a final, unfinished episode, recorded as
+``attr.last_episode_open=1``.  Quantised
 columns are written dequantised, in their declared dtype.  Rows are written in blocks, so
 a dump needs memory for one block, not for the buffer.
 """
@@ -42,6 +44,8 @@ def dump_replay(rep: Any, path: str | os.PathLike[str], *, env_id: str | None,
     flags = np.zeros(order.shape[0], dtype=np.bool_)
     for c in cut_cols:
         flags |= rep._data[c][order].astype(np.bool_)
+    if 0 < rep.n_demo < order.shape[0]:
+        flags[rep.n_demo - 1] = True  # the demo prefix ends where the online rows begin
     lengths = episode_ends(flags)
     open_last = not flags[-1]
     attrs = {"source": "StoreReplay", "last_episode_open": int(open_last)}

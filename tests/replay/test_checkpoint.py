@@ -103,7 +103,9 @@ def test_dump_cuts_episodes_and_from_store_refills(tmp_path):
         np.testing.assert_array_equal(st.load_column("reward"), held["reward"])
         done = st.load_column("done")
         ends = np.cumsum(st.episode_lengths) - 1
-        assert set(np.flatnonzero(done)) <= set(ends)  # every done closes an episode
+        # the episode ends are exactly the done rows, the demo boundary and the last row
+        assert ends.tolist() == sorted(set(np.flatnonzero(done)) | {rep.n_demo - 1, 9})
+        assert ends.tolist() == [1, 4, 9]
     back = StoreReplay.from_store(path, 6)
     assert row_ids(back.rows()).tolist() == row_ids(held).tolist()[-6:]
     with pytest.raises(SchemaError, match="holds no rows"):
