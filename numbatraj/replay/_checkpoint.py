@@ -86,12 +86,26 @@ def save_replay(rep: Any, path: str | os.PathLike[str]) -> None:
         finally:
             os.close(fd)
         os.replace(tmp, path)
+        _fsync_dir(path)
     except BaseException:
         try:
             os.remove(tmp)
         except FileNotFoundError:
             pass
         raise
+
+
+def _fsync_dir(path: str) -> None:
+    """fsync the directory holding ``path`` so the rename is durable (no-op where a
+    directory cannot be opened)."""
+    try:
+        fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 _CHUNK_BYTES = 1 << 20

@@ -63,6 +63,19 @@ def _with_intervention(columns: Iterable[ColumnSpec]) -> list[ColumnSpec]:
     return cols
 
 
+def _fsync_dir(path: str) -> None:
+    """fsync the directory holding ``path``, so a rename into it survives a crash (a no-op
+    where directories cannot be opened, e.g. Windows)."""
+    try:
+        fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class DemoWriter:
     """Append transition rows to a new ``.demo`` file; :meth:`close` finalises atomically.
 
@@ -74,7 +87,9 @@ class DemoWriter:
         Row layout (typically obs, action, reward, next_obs, done); a bool ``intervention``
         column is added when not declared.
     overwrite : bool
-        Replace an existing file at ``path`` on close.
+        Replace an existing file at ``path`` on close.  Without it, a file that appears at
+        ``path`` while writing is not replaced: :meth:`close` raises FileExistsError and
+        leaves the finished file at ``<path>.tmp``.
     """
 
     def __init__(self, path: str | os.PathLike[str], columns: Iterable[ColumnSpec], *,
@@ -106,6 +121,8 @@ class DemoWriter:
         self._offset = off
         self._n = 0
         self._crc = 0
+        self._overwrite = overwrite
+        self._keep_tmp = False
         self.tmp_path = self.path + ".tmp"
         self._f: Any = open(self.tmp_path, "wb")  # noqa: SIM115 - closed in close()/abort()
         self._f.write(self._fixed())
@@ -158,13 +175,43 @@ class DemoWriter:
             os.fsync(f.fileno())
         finally:
             f.close()
-        os.replace(self.tmp_path, self.path)
+        if self._overwrite:
+            os.replace(self.tmp_path, self.path)
+        else:
+            self._publish_new()
+        _fsync_dir(self.path)
+
+    def _publish_new(self) -> None:
+        """Move the finished ``<path>.tmp`` to ``path`` only if nothing is there: a hard link
+        fails atomically on an existing name; where links are unsupported, check, then
+        rename.  A file that appeared at ``path`` meanwhile is left alone, and so is the
+        finished ``.tmp`` (the error says where)."""
+        try:
+            os.link(self.tmp_path, self.path)
+        except FileExistsError:
+            self._raise_appeared()
+        except OSError:  # no hard links here (some network / FAT file systems)
+            if os.path.lexists(self.path):
+                self._raise_appeared()
+            os.replace(self.tmp_path, self.path)
+        else:
+            os.remove(self.tmp_path)
+
+    def _raise_appeared(self) -> None:
+        self._keep_tmp = True
+        raise FileExistsError(
+            f"{self.path!r} appeared while the .demo file was being written and "
+            f"overwrite=False, so it was not replaced; the finished file was left at "
+            f"{self.tmp_path!r}"
+        )
 
     def abort(self) -> None:
         """Discard the temporary file; ``path`` is untouched."""
         f, self._f = self._f, None
         if f is not None:
             f.close()
+        if self._keep_tmp:  # finished, but a file appeared at path: keep the work
+            return
         try:
             os.remove(self.tmp_path)
         except FileNotFoundError:
@@ -177,8 +224,12 @@ class DemoWriter:
                  tb: TracebackType | None) -> None:
         if et is not None:
             self.abort()
-        else:
+            return
+        try:
             self.close()
+        except BaseException:
+            self.abort()
+            raise
 
 
 class DemoFile:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+
+import pytest
+
 from numbatraj.data import TrajectoryStore
-from numbatraj.replay import StoreReplay
+from numbatraj.replay import DemoFile, DemoWriter, StoreReplay
 
 from .helpers import rows, sac_columns
 
@@ -24,3 +28,40 @@ def test_dump_cuts_after_the_demo_prefix(tmp_path):
     only = StoreReplay(sac_columns(), 8, demo_capacity=4)
     only.add_demos(**demo)
     assert only.dump(tmp_path / "o.h5") == 1
+
+
+def test_demo_writer_exit_aborts_when_close_fails(tmp_path, monkeypatch):
+    path = tmp_path / "x.demo"
+
+    def broken_fsync(fd):
+        raise OSError(5, "fsync failed")
+
+    with pytest.raises(OSError, match="fsync failed"):
+        with DemoWriter(path, sac_columns()) as w:
+            w.append(**rows(0, 3))
+            monkeypatch.setattr(os, "fsync", broken_fsync)
+    assert not os.path.exists(str(path) + ".tmp") and not path.exists()
+
+
+@pytest.mark.parametrize("links", [True, False])
+def test_demo_writer_does_not_clobber_a_file_that_appeared(tmp_path, monkeypatch, links):
+    if not links:  # a file system without hard links: check, then rename
+
+        def no_link(src, dst):
+            raise OSError(1, "links not supported")
+
+        monkeypatch.setattr(os, "link", no_link)
+    path = tmp_path / "x.demo"
+    with pytest.raises(FileExistsError) as info:
+        with DemoWriter(path, sac_columns()) as w:
+            w.append(**rows(0, 3))
+            path.write_bytes(b"someone else's")
+    tmp = str(path) + ".tmp"
+    assert repr(str(path)) in str(info.value) and repr(tmp) in str(info.value)
+    assert path.read_bytes() == b"someone else's"
+    assert DemoFile(tmp).n_rows == 3  # the finished file is kept, not deleted
+    with DemoWriter(tmp_path / "y.demo", sac_columns()) as w:  # the normal case still works
+        w.append(**rows(0, 2))
+    assert DemoFile(tmp_path / "y.demo").n_rows == 2 and not os.path.exists(
+        str(tmp_path / "y.demo") + ".tmp"
+    )
