@@ -192,6 +192,33 @@ class ReplayColumns:
 _SCALAR_KINDS = {"b": "biuf", "i": "iuf", "u": "iuf", "f": "f"}
 
 
+def _check_range(name: str, dt: np.dtype, v: int | float, what: str) -> None:
+    """Raise SchemaError when the Python number ``v`` does not fit column ``name``'s dtype
+    ``dt`` (an integer outside ``np.iinfo``, or a finite number that would become inf)."""
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        if info.min <= v <= info.max:
+            return
+        lo, hi = info.min, info.max
+    else:
+        finfo = np.finfo(dt)
+        try:
+            x = float(v)
+        except OverflowError:  # an int beyond every float
+            x = math.inf
+        else:
+            if not math.isfinite(x):
+                return  # nan/inf are stored as such
+            with np.errstate(over="ignore"):
+                if math.isfinite(dt.type(x)):
+                    return
+        lo, hi = float(finfo.min), float(finfo.max)
+    raise SchemaError(
+        f"{what}: column {name!r} is {dt.name}, the value {v!r} is outside its range "
+        f"[{lo}, {hi}]"
+    )
+
+
 def _coerce(name: str, spec: ColumnSpec, v: Any, what: str) -> np.ndarray:
     """A scalar or a non-ndarray sequence as an array of the column's dtype.
 
@@ -211,7 +238,10 @@ def _coerce(name: str, spec: ColumnSpec, v: Any, what: str) -> np.ndarray:
     elif isinstance(v, (bool, int, float)):
         kind = "b" if isinstance(v, bool) else "i" if isinstance(v, int) else "f"
         if spec.dtype.kind in _SCALAR_KINDS[kind]:
-            return np.asarray(v, dtype=spec.dtype)
+            if kind != "b":
+                _check_range(name, spec.dtype, v, what)
+            with np.errstate(over="ignore"):
+                return np.asarray(v, dtype=spec.dtype)
         raise SchemaError(
             f"{what}: column {name!r} is {spec.dtype.name}, got the Python "
             f"{type(v).__name__} {v!r}"
