@@ -26,6 +26,9 @@ RESERVED_COLUMNS: frozenset[str] = frozenset({"action", "reward", "done", "trunc
 
 _ALLOWED_KINDS = "biuf"  # bool, signed int, unsigned int, float
 
+#: Every character str.splitlines() breaks on; none may appear in a manifest key or value.
+LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+
 
 @dataclass(frozen=True)
 class ColumnSpec:
@@ -63,8 +66,8 @@ class ColumnSpec:
                 f"column name {name!r} clashes with the store's own datasets "
                 f"({', '.join(sorted(STORE_DATASETS))}) or the reserved '__' prefix"
             )
-        if any(ch in name for ch in "=\n\r,"):
-            raise SchemaError(f"column name {name!r} may not contain '=', ',' or a newline")
+        if any(ch in name for ch in "=," + LINE_BREAKS):
+            raise SchemaError(f"column name {name!r} may not contain '=', ',' or a line break")
         try:
             dt = np.dtype(self.dtype)
         except TypeError as exc:

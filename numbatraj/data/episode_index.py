@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["offsets_from_lengths", "index_problems"]
+__all__ = ["offsets_from_lengths", "index_problems", "exact_total"]
+
+
+def exact_total(lengths: np.ndarray) -> int:
+    """Sum of integer ``lengths`` without int64 wrap-around (a Python int)."""
+    lengths = np.asarray(lengths)
+    if lengths.size == 0:
+        return 0
+    if lengths.dtype.kind == "u" or int(np.abs(lengths).max()) > (2**62) // lengths.size:
+        return sum(int(v) for v in lengths.ravel())  # rare: values large enough to overflow
+    return int(lengths.astype(np.int64).sum())
 
 
 def offsets_from_lengths(lengths: np.ndarray) -> np.ndarray:
@@ -38,6 +48,17 @@ def index_problems(lengths: np.ndarray, offsets: np.ndarray, n_rows: int | None)
             f"ep_len/ep_offset must be integers, got {lengths.dtype} and {offsets.dtype}"
         )
         return problems
+    total = exact_total(lengths)
+    if n_rows is not None:
+        huge = np.flatnonzero(lengths > n_rows)
+        if huge.size:
+            problems.append(
+                f"ep_len[{huge[0]}] = {lengths[huge[0]]} exceeds the store's {n_rows} rows"
+            )
+    too_big = lengths.dtype.kind == "u" and lengths.size and int(lengths.max()) >= 2**63
+    if total >= 2**63 or too_big:
+        problems.append(f"ep_len sums to {total} rows, beyond the int64 row index")
+        return problems
     lengths = lengths.astype(np.int64)
     offsets = offsets.astype(np.int64)
     bad = np.flatnonzero(lengths <= 0)
@@ -57,7 +78,6 @@ def index_problems(lengths: np.ndarray, offsets: np.ndarray, n_rows: int | None)
             f"ep_offset[{i}] = {offsets[i]}, expected {expected[i]} "
             f"(the running sum of ep_len; {wrong.size} offset(s) disagree)"
         )
-    total = int(lengths.sum())
     if n_rows is not None and total != n_rows:
         problems.append(f"ep_len sums to {total} rows but the store has {n_rows} rows")
     return problems

@@ -13,7 +13,7 @@ import h5py
 import numpy as np
 
 from numbatraj.data.column import STORE_DATASETS, ColumnSpec, recovered_spec
-from numbatraj.data.episode_index import index_problems, offsets_from_lengths
+from numbatraj.data.episode_index import exact_total, index_problems, offsets_from_lengths
 from numbatraj.data.manifest import FORMAT_NAME, columns_from_manifest, decode_manifest
 from numbatraj.errors import NotAStoreError
 from numbatraj.io.hdf5 import describe_compression
@@ -65,17 +65,18 @@ def inspect_layout(f: h5py.File, where: str) -> tuple[StoreLayout, list[str]]:
     else:
         problems.append("the file has ep_offset but no ep_len dataset")
         lengths = np.zeros(0, np.int64)
+    derivable = lengths.ndim == 1 and lengths.dtype.kind in "iu"
     if "ep_offset" in f:
         offsets = np.asarray(f["ep_offset"][()])
-    elif foreign:
-        offsets = offsets_from_lengths(lengths)  # foreign files may carry lengths only
     else:
-        problems.append("the file has ep_len but no ep_offset dataset")
-        offsets = offsets_from_lengths(lengths)
+        if not foreign:
+            problems.append("the file has ep_len but no ep_offset dataset")
+        # foreign files may carry lengths only
+        offsets = offsets_from_lengths(lengths) if derivable else np.zeros(0, np.int64)
 
     columns: dict[str, ColumnSpec] = {}
     if foreign:
-        n_rows = int(lengths.astype(np.int64).sum()) if lengths.dtype.kind in "iu" else 0
+        n_rows = exact_total(lengths) if lengths.dtype.kind in "iu" else 0
         for name, obj in f.items():
             if name in STORE_DATASETS or not isinstance(obj, h5py.Dataset):
                 continue
@@ -95,7 +96,7 @@ def inspect_layout(f: h5py.File, where: str) -> tuple[StoreLayout, list[str]]:
             n_rows = int(manifest.get("n_rows", ""))
         except ValueError:
             problems.append(f"manifest n_rows is {manifest.get('n_rows')!r}, not an integer")
-            n_rows = int(lengths.sum()) if lengths.dtype.kind in "iu" else 0
+            n_rows = exact_total(lengths) if lengths.dtype.kind in "iu" else 0
         n_eps = manifest.get("n_episodes")
         if n_eps is not None and n_eps != str(lengths.shape[0]):
             problems.append(

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from numbatraj._version import __version__
-from numbatraj.data.column import ColumnSpec
+from numbatraj.data.column import LINE_BREAKS, ColumnSpec
 from numbatraj.errors import IntegrityError, SchemaError
 
 __all__ = [
@@ -35,15 +35,18 @@ __all__ = [
     "decode_manifest",
     "columns_from_manifest",
     "check_attrs",
+    "check_text",
 ]
 
 FORMAT_NAME = "numbatraj.trajectory_store"
 FORMAT_VERSION = 1
 
 
-def _check_text(what: str, text: str) -> None:
-    if "\n" in text or "\r" in text:
-        raise SchemaError(f"{what} {text!r} contains a newline; manifest lines are one per key")
+def check_text(what: str, text: str) -> None:
+    if any(ch in text for ch in LINE_BREAKS):
+        raise SchemaError(
+            f"{what} {text!r} contains a line break; manifest lines are one per key"
+        )
 
 
 def check_attrs(attrs: Mapping[str, Any] | None) -> dict[str, str]:
@@ -52,9 +55,9 @@ def check_attrs(attrs: Mapping[str, Any] | None) -> dict[str, str]:
     for key, value in (attrs or {}).items():
         if not isinstance(key, str) or not key or "=" in key:
             raise SchemaError(f"attrs key {key!r} must be a non-empty str without '='")
-        _check_text("attrs key", key)
+        check_text("attrs key", key)
         sval = str(value)
-        _check_text(f"attrs[{key!r}] value", sval)
+        check_text(f"attrs[{key!r}] value", sval)
         out[key] = sval
     return out
 
@@ -101,7 +104,8 @@ def decode_manifest(raw: np.ndarray, *, where: str = "__manifest__") -> dict[str
     except UnicodeDecodeError as exc:
         raise IntegrityError(f"{where} is not valid UTF-8: {exc}") from exc
     out: dict[str, str] = {}
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    # split on "\n" only: str.splitlines() would also break on \x0c, \x85, \u2028 ...
+    for lineno, line in enumerate(text.split("\n"), start=1):
         if not line:
             continue
         key, sep, value = line.partition("=")

@@ -96,7 +96,7 @@ def validate_store(path: str | os.PathLike[str]) -> ValidationReport:
             return report
         report.errors.extend(problems)
         report.n_rows = layout.n_rows
-        report.n_episodes = int(layout.lengths.shape[0])
+        report.n_episodes = int(layout.lengths.shape[0]) if layout.lengths.ndim == 1 else 0
         report.foreign = layout.foreign
         for name, spec in layout.columns.items():
             if name in RESERVED_COLUMNS:

@@ -12,7 +12,7 @@ import numpy as np
 
 from numbatraj.data.column import ColumnSpec, check_column_set
 from numbatraj.data.episode_index import offsets_from_lengths
-from numbatraj.data.manifest import build_manifest, check_attrs, encode_manifest
+from numbatraj.data.manifest import build_manifest, check_attrs, check_text, encode_manifest
 from numbatraj.errors import EpisodeError, NumbatrajError, SchemaError
 from numbatraj.io.hdf5 import compression_kwargs, ensure_filter_plugins
 
@@ -79,8 +79,8 @@ class TrajectoryStoreWriter:
     ) -> None:
         self._columns = check_column_set(columns)
         self._attrs = check_attrs(attrs)
-        if env_id is not None and ("\n" in str(env_id) or "\r" in str(env_id)):
-            raise SchemaError(f"env_id {env_id!r} contains a newline")
+        if env_id is not None:
+            check_text("env_id", str(env_id))
         self._env_id = env_id
         self._seed = None if seed is None else int(seed)
         self.path = os.fspath(path)
@@ -101,7 +101,8 @@ class TrajectoryStoreWriter:
         self._ds: dict[str, h5py.Dataset] = {}
         try:
             for name, spec in self._columns.items():
-                rows = int(chunk_rows.get(name) or default_chunk_rows(spec.row_bytes))
+                given = chunk_rows.get(name)
+                rows = default_chunk_rows(spec.row_bytes) if given is None else int(given)
                 if rows < 1:
                     raise SchemaError(f"chunk_rows[{name!r}] = {rows}, expected >= 1")
                 self._ds[name] = self._file.create_dataset(
@@ -181,8 +182,17 @@ class TrajectoryStoreWriter:
         """Append to several columns at once; every array is checked before any is written."""
         self._require_open()
         checked = [(name, self._checked(name, v)) for name, v in rows.items()]
-        for name, arr in checked:
-            self._write(name, arr)
+        before = dict(self._counts)
+        try:
+            for name, arr in checked:
+                self._write(name, arr)
+        except BaseException:
+            # an I/O error part way: put the columns already written back in step
+            for name, _ in checked:
+                if self._counts[name] != before[name]:
+                    self._ds[name].resize(before[name], axis=0)
+                    self._counts[name] = before[name]
+            raise
 
     def _write(self, name: str, arr: np.ndarray) -> None:
         n = arr.shape[0]
@@ -244,11 +254,6 @@ class TrajectoryStoreWriter:
                 f"end_episode() (rows {self._episode_start}..{total - 1}); call end_episode() "
                 f"to keep them, or abort() to discard the file"
             )
-        if not self._overwrite and os.path.exists(self.path):
-            raise FileExistsError(
-                f"{self.path!r} appeared while writing; the finished store is left at "
-                f"{self.tmp_path!r}"
-            )
         f = self._file
         lengths = np.asarray(self._lengths, dtype=np.int64)
         f.create_dataset("ep_len", data=lengths)
@@ -265,7 +270,25 @@ class TrajectoryStoreWriter:
         f.close()
         self._file = None
         _fsync_path(self.tmp_path)
-        os.replace(self.tmp_path, self.path)
+        if self._overwrite:
+            os.replace(self.tmp_path, self.path)
+        else:
+            try:  # a hard link refuses an existing destination atomically
+                os.link(self.tmp_path, self.path)
+            except FileExistsError:
+                raise FileExistsError(
+                    f"{self.path!r} appeared while writing; the finished store is left at "
+                    f"{self.tmp_path!r}"
+                ) from None
+            except OSError:  # a filesystem without hard links
+                if os.path.exists(self.path):
+                    raise FileExistsError(
+                        f"{self.path!r} appeared while writing; the finished store is left "
+                        f"at {self.tmp_path!r}"
+                    ) from None
+                os.replace(self.tmp_path, self.path)
+            else:
+                os.remove(self.tmp_path)
         _fsync_path(os.path.dirname(os.path.abspath(self.path)))
 
     def abort(self) -> None:
@@ -295,6 +318,8 @@ class TrajectoryStoreWriter:
             return
         try:
             self.close()
+        except FileExistsError:
+            raise  # the finished store stays at tmp_path, as the message says
         except BaseException:
             self.abort()
             raise

@@ -77,7 +77,7 @@ def test_duplicate_and_empty_column_sets(tmp_path):
 
 
 def test_bad_attrs_refused(tmp_path):
-    with pytest.raises(SchemaError, match="attrs\\['note'\\] value 'a\\\\nb' contains a newline"):
+    with pytest.raises(SchemaError, match="attrs\\['note'\\] value 'a\\\\nb' contains a line break"):
         TrajectoryStoreWriter(tmp_path / "a.h5", WALKER, attrs={"note": "a\nb"})
     with pytest.raises(SchemaError, match="without '='"):
         TrajectoryStoreWriter(tmp_path / "a.h5", WALKER, attrs={"a=b": 1})
