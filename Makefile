@@ -8,8 +8,11 @@ EXTRAS := test,lint,lerobot,remote,hub,importers,cuda,postgres
 STAMP  := $(VENV)/.installed
 # mypy checks the public (non-underscore) modules of io/, data/ and samplers/
 PUBLIC_MODULES = $(filter-out %/__init__.py,$(shell ls numbatraj/io/*.py numbatraj/data/*.py numbatraj/samplers/*.py | grep -v '/_'))
-# Numba's on-disk kernel cache, kept out of the source tree.
-export NUMBA_CACHE_DIR ?= $(CURDIR)/build/numba-cache
+# Numba's on-disk kernel cache, kept out of the source tree.  Numba does not notice when a
+# kernel's callee in another module changes, so the directory is keyed on a hash of the
+# package's sources: any edit starts a fresh cache.
+SRC_HASH := $(shell cat $$(find numbatraj -name '*.py' | sort) | sha1sum | cut -c1-12)
+export NUMBA_CACHE_DIR ?= $(CURDIR)/build/numba-cache/$(SRC_HASH)
 
 .PHONY: venv demo test test-host test-cuda lint bench clean
 
