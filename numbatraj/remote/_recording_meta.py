@@ -9,6 +9,8 @@ table's ``videos/<camera>/{chunk,file}_index`` and ``data/{chunk,file}_index`` c
 from __future__ import annotations
 
 import json
+import re
+import string
 from collections.abc import Mapping
 from typing import Any
 
@@ -41,7 +43,49 @@ def parse_info(raw: bytes, where: str = INFO_PATH) -> dict[str, Any]:
 def _int_column(table: Any, name: str, where: str) -> list[int]:
     if name not in table.column_names:
         raise IntegrityError(f"{where} has no column {name!r}")
-    return [int(v) for v in table.column(name).to_pylist()]
+    values = table.column(name).to_pylist()
+    for i, v in enumerate(values):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise IntegrityError(
+                f"{where} column {name!r} row {i} is {v!r}, not a non-negative integer"
+            )
+    return values
+
+
+_INDEX_FIELDS = ("chunk_index", "file_index")
+_INDEX_SPEC = re.compile(r"(0?[1-9])?d?")
+
+
+def _check_template(tpl: Any, key: str, fields: tuple[str, ...]) -> str:
+    """``info.json``'s ``key`` template, refused unless it only names ``fields`` with an
+    integer spec of at most 9 digits (``{chunk_index:03d}``) and no conversion."""
+    allowed = ", ".join("{" + f + "}" for f in fields)
+
+    def bad(why: str) -> IntegrityError:
+        return IntegrityError(
+            f"{INFO_PATH} {key} {tpl!r} is not a path template this catalog accepts ({why}); "
+            f"it may name only {allowed}, an index with a spec like :03d"
+        )
+
+    if not isinstance(tpl, str) or not tpl or len(tpl) > 512:
+        raise bad("not a non-empty string of at most 512 chars")
+    try:
+        parsed = list(string.Formatter().parse(tpl))
+    except ValueError as exc:
+        raise bad(str(exc)) from None
+    for _, field, spec, conversion in parsed:
+        if field is None:
+            continue
+        if field not in fields:
+            raise bad(f"unknown field {{{field}}}")
+        if conversion is not None:
+            raise bad(f"conversion !{conversion} on {{{field}}}")
+        if field in _INDEX_FIELDS:
+            if not _INDEX_SPEC.fullmatch(spec or ""):
+                raise bad(f"format spec {spec!r} on {{{field}}}")
+        elif spec:
+            raise bad(f"format spec {spec!r} on {{{field}}}")
+    return tpl
 
 
 def named_files(info_raw: bytes, episode_tables: Mapping[str, bytes]) -> set[str]:
@@ -64,11 +108,17 @@ def named_files(info_raw: bytes, episode_tables: Mapping[str, bytes]) -> set[str
 
     info = parse_info(info_raw)
     features = info.get("features") or {}
+    if not isinstance(features, dict):
+        raise IntegrityError(f"{INFO_PATH} features is not a JSON object")
     cameras = sorted(
         k for k, v in features.items() if isinstance(v, dict) and v.get("dtype") == "video"
     )
     video_tpl = info.get("video_path")
-    data_tpl = info.get("data_path") or _DATA_PATH
+    if video_tpl is not None:
+        video_tpl = _check_template(video_tpl, "video_path", ("video_key", *_INDEX_FIELDS))
+    data_tpl = info.get("data_path")
+    data_tpl = _DATA_PATH if data_tpl is None else _check_template(
+        data_tpl, "data_path", _INDEX_FIELDS)
     out: set[str] = set()
     for path, raw in sorted(episode_tables.items()):
         try:
