@@ -17,7 +17,7 @@ from urllib.parse import quote
 import requests
 
 from numbatraj.errors import CatalogAuthError, CatalogError, CatalogRequestError, DownloadError
-from numbatraj.io.download import FetchResult, fetch, redact_url
+from numbatraj.io.download import FetchResult, fetch, redact_text, redact_url
 from numbatraj.io.hashing import sha256_file
 from numbatraj.remote.db import check_name, check_version
 
@@ -126,7 +126,10 @@ class RemoteCatalog:
         try:
             resp = self._session.request(method, url, timeout=self.timeout, **kwargs)
         except requests.RequestException as exc:
-            raise CatalogError(f"catalog {self.url} unreachable ({method} {path}): {exc}") from None
+            raise CatalogError(
+                f"catalog {redact_url(self.url)} unreachable ({method} {path}): "
+                f"{redact_text(exc, self.url)}"
+            ) from None
         try:
             body = resp.json()
         except ValueError:
@@ -225,12 +228,12 @@ class RemoteCatalog:
                     timeout=(30, 300),
                 )
             except requests.RequestException as exc:
-                msg = f"upload of {path} to {redact_url(url)} failed: {exc}"
+                msg = f"upload of {path} to {redact_url(url)} failed: {redact_text(exc, url)}"
                 raise DownloadError(msg) from None
         if resp.status_code >= 300:
             raise DownloadError(
                 f"upload of {path} to {redact_url(url)}: HTTP {resp.status_code}: "
-                f"{resp.text[:300].strip()}"
+                f"{redact_text(resp.text[:300].strip(), url)}"
             )
 
     def close(self) -> None:

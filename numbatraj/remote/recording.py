@@ -25,6 +25,7 @@ Only reading the dataset, a watch can be stopped at any moment (Ctrl-C) without 
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -34,8 +35,8 @@ from urllib.parse import quote
 
 import requests
 
-from numbatraj.errors import CatalogError, DownloadError, IntegrityError
-from numbatraj.io.download import fetch, redact_url
+from numbatraj.errors import DownloadError, NumbatrajError
+from numbatraj.io.download import fetch, redact_text, redact_url
 from numbatraj.io.hashing import sha256_file
 from numbatraj.remote._recording_db import check_dataset, check_project, check_rel_path
 from numbatraj.remote._recording_meta import INFO_PATH, named_files, order_key
@@ -46,6 +47,8 @@ from numbatraj.remote._recording_scan import (
     scan_dataset,
 )
 from numbatraj.remote.client import RemoteCatalog, read_dotenv
+
+_log = logging.getLogger(__name__)
 
 __all__ = [
     "ENV_PROJECTS",
@@ -157,10 +160,13 @@ class RecordingSync:
             resp = requests.request(upload.get("method", "PUT"), url, data=f, headers=headers,
                                     timeout=(30, 300))
         except requests.RequestException as exc:
-            raise DownloadError(f"upload of {path} to {redact_url(url)} failed: {exc}") from None
+            raise DownloadError(
+                f"upload of {path} to {redact_url(url)} failed: {redact_text(exc, url)}"
+            ) from None
         if resp.status_code >= 300:
             raise DownloadError(f"upload of {path} to {redact_url(url)}: HTTP "
-                                f"{resp.status_code}: {resp.text[:300].strip()}")
+                                f"{resp.status_code}: "
+                                f"{redact_text(resp.text[:300].strip(), url)}")
         return True
 
     def _send(self, rel: str, sha: str, st: FileStat, f: Any, res: PassResult) -> int | None:
@@ -306,16 +312,21 @@ class RecordingSync:
         on_pass: Any = None,
     ) -> WatchSummary:
         """Push a pass every ``every`` seconds until ``stop`` is set, ``max_cycles`` passes
-        ran, or Ctrl-C; a failed pass is recorded and the next cycle tries again."""
+        ran, or Ctrl-C; a failed pass (any error but Ctrl-C) is logged and recorded in
+        ``errors``, its URLs redacted, and the next cycle tries again."""
         summary = WatchSummary()
         stop = stop if stop is not None else threading.Event()
         try:
             while True:
                 try:
                     res = self.push_pass()
-                except (CatalogError, DownloadError, IntegrityError) as exc:
-                    summary.errors.append(str(exc))
-                    res = PassResult(note=f"error: {exc}")
+                except Exception as exc:  # noqa: BLE001 - one bad pass must not end a watch
+                    what = exc if isinstance(exc, NumbatrajError) else (
+                        f"{type(exc).__name__}: {exc}")
+                    text = redact_text(what)
+                    _log.warning("push pass %d failed: %s", summary.cycles + 1, text)
+                    summary.errors.append(text)
+                    res = PassResult(note=f"error: {text}")
                 summary.cycles += 1
                 summary.commits += res.committed
                 summary.uploaded += res.uploaded
