@@ -145,6 +145,30 @@ def _read(f: h5py.File, key: str, dest: np.ndarray, path: str) -> None:
         dest[a : a + n] = buf[:n]
 
 
+def _check_priorities(path: str, present: np.ndarray, leaves: np.ndarray, d: int, nd: int,
+                      size: int) -> None:
+    """The sampler's rows must be exactly the held rows (demo ``[0, nd)``, ring
+    ``[d, d + size)``), with finite non-negative leaves, zero where no row is held."""
+    held = np.zeros(present.shape[0], dtype=np.bool_)
+    held[:nd] = True
+    held[d : d + size] = True
+    if not np.array_equal(present, held):
+        i = int(np.flatnonzero(present != held)[0])
+        raise IntegrityError(
+            f"checkpoint {path!r}: sampler/present marks {int(present.sum())} rows (row {i} is "
+            f"{'present' if present[i] else 'absent'}), but the ring state holds {nd} demo rows "
+            f"and {size} ring rows ({int(held.sum())} rows: [0, {nd}) and [{d}, {d + size}))"
+        )
+    bad = ~np.isfinite(leaves) | (leaves < 0) | (~present & (leaves != 0))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise IntegrityError(
+            f"checkpoint {path!r}: sampler/leaves disagrees with sampler/present at "
+            f"{int(bad.sum())} rows (row {i}: leaf {float(leaves[i])!r}, "
+            f"present={bool(present[i])}); leaves must be finite, >= 0, and 0 where no row is held"
+        )
+
+
 def load_replay(cls: type, path: str | os.PathLike[str]) -> Any:
     path = os.fspath(path)
     try:
@@ -195,6 +219,11 @@ def load_replay(cls: type, path: str | os.PathLike[str]) -> Any:
                 f"checkpoint {path!r}: ring state n_demo={nd}, size={size}, cursor={cursor} "
                 f"does not fit demo_capacity {d}, ring capacity {rep.ring_capacity}"
             )
+        if size < r and cursor != size:
+            raise IntegrityError(
+                f"checkpoint {path!r}: ring state size={size}, cursor={cursor} is impossible: "
+                f"a ring that has not wrapped (size < ring capacity {r}) has cursor == size"
+            )
         for name in rep.columns:
             data = rep._data[name]
             _read(f, f"demo/{name}", data[:nd], path)
@@ -206,6 +235,8 @@ def load_replay(cls: type, path: str | os.PathLike[str]) -> Any:
                 a = np.empty(cap, dtype=dt)
                 _read(f, f"sampler/{key}", a, path)
                 sampler_state[key] = a
+            _check_priorities(path, sampler_state["present"], sampler_state["leaves"], d, nd,
+                              size)
         rep.sampler.load_state_dict(sampler_state)
         set_generator_state(rep._gen, state["generator"])
         rep._cursor, rep._size, rep._n_demo = cursor, size, nd

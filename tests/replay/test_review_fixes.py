@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from numbatraj.data import ColumnSpec, TrajectoryStore
-from numbatraj.errors import SchemaError
+from numbatraj.errors import IntegrityError, SchemaError
 from numbatraj.replay import DemoFile, DemoWriter, StoreReplay
 
 from .helpers import rows, sac_columns
@@ -90,3 +90,49 @@ def test_python_scalars_out_of_the_column_range_name_the_column(bad, value):
     assert held["x"][0] == 65504 and np.isinf(held["x"][1])
     one = {"a": np.uint8(1), "i": np.int16(2), "x": np.float16(3)}  # the fast path
     assert rep._cols.single_row(one) is not None
+
+
+def _edited_checkpoint(tmp_path, edit):
+    import json
+
+    import h5py
+
+    rep = StoreReplay(sac_columns(), 12, demo_capacity=3, prioritized=True, seed=3)
+    rep.add_demos(**rows(0, 2))
+    rep.add(**rows(10, 4))  # ring of 9, not wrapped: size 4, cursor 4
+    path = tmp_path / "r.ckpt"
+    rep.save(path)
+    StoreReplay.load(path)  # the untouched file loads
+    with h5py.File(path, "r+") as f:
+        state = json.loads(f.attrs["state"])
+        edit(f, state)
+        f.attrs["state"] = json.dumps(state)
+    return path
+
+
+def test_load_refuses_a_cursor_that_does_not_match_an_unwrapped_ring(tmp_path):
+    def edit(f, state):
+        state["cursor"] = 2
+
+    path = _edited_checkpoint(tmp_path, edit)
+    with pytest.raises(IntegrityError, match=r"r\.ckpt.*size=4, cursor=2"):
+        StoreReplay.load(path)
+
+
+@pytest.mark.parametrize("what", ["present", "leaves", "nan"])
+def test_load_refuses_sampler_rows_that_disagree_with_the_ring(tmp_path, what):
+    def edit(f, state):
+        if what == "present":
+            f["sampler/present"][7] = True  # an unfilled ring slot
+        elif what == "leaves":
+            f["sampler/leaves"][8] = 1.0  # a leaf where no row is held
+        else:
+            f["sampler/leaves"][0] = np.nan
+
+    path = _edited_checkpoint(tmp_path, edit)
+    match = {"present": r"r\.ckpt.*present marks 7 rows \(row 7 is present\).*2 demo rows "
+                        r"and 4 ring rows",
+             "leaves": r"r\.ckpt.*row 8: leaf 1\.0, present=False",
+             "nan": r"r\.ckpt.*row 0: leaf nan, present=True"}[what]
+    with pytest.raises(IntegrityError, match=match):
+        StoreReplay.load(path)
