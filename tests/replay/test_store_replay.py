@@ -305,8 +305,13 @@ def test_row_records_hold_every_column_and_gathers_agree():
         "half": rng.standard_normal((n, 3)).astype(np.float16),
         "q": rng.uniform(-1, 1, (n, 5)).astype(np.float32),
     }
-    for i in range(0, n, 3):  # batches of 3 (wrapping), then one-row adds
+    for i in range(0, 15, 3):  # batches of 3 (wrapping), then one-row adds
         rep.add(**{k: v[i : i + 3] for k, v in data.items()})
+    for i in range(15, n):  # the held rows 11..19 mix both paths
+        one = {k: v[i] for k, v in data.items()}
+        assert rep._cols.single_row(one) is not None  # the one-row fast path
+        rep.add(**one)
+    assert rep.n_added == n
     held = rep.rows()
     ids = held["id"] // 1_000_003
     for name in ("flag", "img", "id", "half"):
