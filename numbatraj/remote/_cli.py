@@ -18,14 +18,15 @@ def _catalog(args: argparse.Namespace) -> Any:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    from numbatraj.remote.db import mask_password
     from numbatraj.remote.service import CatalogService
 
     svc = CatalogService(
         args.db, args.objects, host=args.host, port=args.port, public_url=args.public_url,
         get_expiry_s=args.get_expiry, put_expiry_s=args.put_expiry, verbose=args.verbose,
     )
-    print(f"numbatraj catalog on {svc.url}  db={args.db}  objects={svc.objects.description}",
-          flush=True)
+    print(f"numbatraj catalog on {svc.url}  db={mask_password(args.db)}  "
+          f"objects={svc.objects.description}", flush=True)
     try:
         svc.serve_forever()
     except KeyboardInterrupt:

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from numbatraj.errors import CatalogRequestError
 
@@ -278,7 +278,7 @@ class PostgresCatalogDB(CatalogDB):
             import psycopg  # type: ignore[import-not-found,unused-ignore]
         except ModuleNotFoundError as exc:
             raise CatalogRequestError(
-                f"--db {url.split('@')[-1]!r} needs the psycopg package (pip install psycopg)"
+                f"--db {mask_password(url)!r} needs the psycopg package (pip install psycopg)"
             ) from exc
         self._conn = psycopg.connect(url, autocommit=False)
         self.init_schema()
@@ -299,6 +299,26 @@ class PostgresCatalogDB(CatalogDB):
         self._conn.close()
 
 
+_QUERY_PASSWORD = re.compile(r"(?i)((?:^|&)password=)[^&]*")
+
+
+def mask_password(url: str) -> str:
+    """``url`` with its password (``user:pw@host`` or ``?password=``) shown as ``***``."""
+    try:
+        parts = urlsplit(url)
+        has_pw = parts.password is not None
+    except ValueError:
+        return re.sub(r"(//[^/@:]*:)[^/@]*@", r"\1***@", url)
+    netloc = parts.netloc
+    if has_pw:
+        userinfo, hostport = netloc.rsplit("@", 1)
+        netloc = f"{userinfo.split(':', 1)[0]}:***@{hostport}"
+    query = _QUERY_PASSWORD.sub(r"\1***", parts.query)
+    if netloc == parts.netloc and query == parts.query:
+        return url
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
 def open_db(url: str) -> CatalogDB:
     """Open the catalog database named by ``url``.
 
@@ -316,10 +336,10 @@ def open_db(url: str) -> CatalogDB:
         if path.startswith("/") and not parts.netloc:
             path = path[1:]  # sqlite:///x.db is relative, sqlite:////x.db absolute
         if not path:
-            raise CatalogRequestError(f"--db {url!r} names no file (sqlite:///catalog.db)")
+            raise CatalogRequestError(f"--db {mask_password(url)!r} names no file (sqlite:///catalog.db)")
         return SqliteCatalogDB(path)
     if parts.scheme == "" and url:
         return SqliteCatalogDB(url)
     raise CatalogRequestError(
-        f"--db {url!r} is not supported: use sqlite:///path.db or postgresql://..."
+        f"--db {mask_password(url)!r} is not supported: use sqlite:///path.db or postgresql://..."
     )

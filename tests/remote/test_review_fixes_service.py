@@ -255,3 +255,55 @@ def test_service_refuses_bad_template_with_409(
     assert r.status_code == 409, r.text
     msg = r.json()["error"]
     assert "meta/info.json" in msg and repr(tpl) in msg and why in msg
+
+
+# -- 4. a database password stays out of messages ---------------------------------------------
+
+
+def test_mask_password() -> None:
+    from numbatraj.remote.db import mask_password
+
+    assert mask_password("postgresql://u:s3cret@h:5432/db") == "postgresql://u:***@h:5432/db"
+    assert mask_password("postgres://h/db?password=s3cret&sslmode=require") == \
+        "postgres://h/db?password=***&sslmode=require"
+    for plain in ("postgresql://u@h/db", "sqlite:///x.db", "catalog.db"):
+        assert mask_password(plain) == plain
+
+
+def test_unsupported_db_url_error_masks_password() -> None:
+    from numbatraj.errors import CatalogRequestError
+    from numbatraj.remote.db import open_db
+
+    with pytest.raises(CatalogRequestError, match="is not supported") as ei:
+        open_db("mysql://admin:s3cret@db.example/catalog")
+    assert "s3cret" not in str(ei.value) and "admin:***@db.example" in str(ei.value)
+
+
+def test_serve_banner_masks_password(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import argparse
+
+    from numbatraj.remote import _cli, service
+
+    class FakeService:
+        url = "http://127.0.0.1:1"
+
+        def __init__(self, db: str, objects: str, **kw: Any) -> None:
+            self.objects = argparse.Namespace(description=objects)
+
+        def serve_forever(self) -> None:
+            raise KeyboardInterrupt
+
+        def stop(self) -> None:
+            pass
+
+    monkeypatch.setattr(service, "CatalogService", FakeService)
+    args = argparse.Namespace(
+        db="postgresql://cat:s3cret@db.example:5432/catalog", objects="file:///tmp/o",
+        host="127.0.0.1", port=0, public_url=None, get_expiry=60, put_expiry=60,
+        verbose=False,
+    )
+    assert _cli._cmd_serve(args) == 0
+    out = capsys.readouterr().out
+    assert "s3cret" not in out and "db=postgresql://cat:***@db.example:5432/catalog" in out
