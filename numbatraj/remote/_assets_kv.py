@@ -18,13 +18,18 @@ a :class:`~numbatraj.errors.DeclarationError` naming the file, the line and the 
 from __future__ import annotations
 
 import fnmatch
+import ipaddress
 import os
 import re
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from numbatraj.errors import DeclarationError
 
-__all__ = ["KV_NAME", "PROVIDERS", "PackDecl", "find_assets_kv", "parse_assets_kv"]
+__all__ = [
+    "KV_NAME", "PROVIDERS", "PackDecl", "find_assets_kv", "is_loopback_host", "parse_assets_kv",
+    "url_host",
+]
 
 KV_NAME = "assets.kv"
 PROVIDERS = ("https", "hf", "catalog")
@@ -82,6 +87,25 @@ class PackDecl:
         return f"{self.source}:{self.line}"
 
 
+def url_host(url: str) -> str:
+    """The lower-case host of ``url`` ('' when it has none or cannot be parsed)."""
+    try:
+        return (urlsplit(url).hostname or "").lower()
+    except ValueError:
+        return ""
+
+
+def is_loopback_host(host: str) -> bool:
+    """``localhost`` or a loopback address: a credential sent there never leaves the
+    machine, so plain ``http://`` is allowed for it (test and local mirror servers)."""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _fail(path: str, line: int, key: str, problem: str) -> DeclarationError:
     return DeclarationError(f"{path}:{line}: {key}: {problem}")
 
@@ -127,6 +151,11 @@ def _finish(path: str, fields: dict[str, tuple[int, str]]) -> PackDecl:
                         f"{provider} has its own credential)")
         if not _ENV.fullmatch(token_env):
             raise _fail(path, line, "token_env", f"{token_env!r} is not a variable name")
+        url_line = fields["url"][0]
+        if not locator.startswith("https://") and not is_loopback_host(url_host(locator)):
+            raise _fail(path, url_line, "url", f"token_env={token_env} would send a bearer "
+                        f"token over plain http to {url_host(locator) or locator!r}; use "
+                        "https://")
     base = os.path.dirname(os.path.abspath(path))
     return PackDecl(
         name=m.group(1), version=m.group(2), provider=provider, locator=locator,

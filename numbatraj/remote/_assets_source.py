@@ -7,9 +7,15 @@ provider   locator   credential                                      how the byt
 =========  ========  ==============================================  =========================
 https      url=      none, or ``Bearer $<token_env>``                one GET
 hf         url=      ``HF_TOKEN``, else the hf CLI's saved token     one GET with a bearer
+                     (only to huggingface.co or ``$HF_ENDPOINT``)
 catalog    id=       the catalog API key (to the catalog only)       catalog call -> presigned
                                                                      URL -> unauthenticated GET
 =========  ========  ==============================================  =========================
+
+A credential never travels over plain ``http://`` (except to a loopback host), and the
+Hugging Face token goes only to ``huggingface.co``, its sub-domains, or the host of
+``$HF_ENDPOINT``; any other declaration that would send one is a
+:class:`~numbatraj.errors.DeclarationError` naming the ``assets.kv`` file and line.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from typing import Any
 
 from numbatraj.errors import CatalogRequestError, DeclarationError
 from numbatraj.io.download import redact_url
-from numbatraj.remote._assets_kv import PackDecl
+from numbatraj.remote._assets_kv import PackDecl, is_loopback_host, url_host
 from numbatraj.remote.client import ENV_KEY, ENV_URL, RemoteCatalog, read_dotenv
 
 __all__ = ["Source", "describe_source", "hf_token", "resolve_source"]
@@ -58,6 +64,29 @@ def hf_token(env: Mapping[str, str] | None = None) -> tuple[str | None, str]:
     return (tok, f"the hf CLI token ({path})") if tok else (None, "none")
 
 
+def _hf_host_allowed(host: str, env: Mapping[str, str]) -> bool:
+    if host == "huggingface.co" or host.endswith(".huggingface.co"):
+        return True
+    endpoint = url_host((env.get("HF_ENDPOINT") or "").strip())
+    return bool(endpoint) and host == endpoint
+
+
+def _check_credential_target(decl: PackDecl, env: Mapping[str, str], what: str) -> None:
+    """Refuse to send ``what`` (a credential) where ``decl.locator`` points."""
+    host = url_host(decl.locator)
+    if decl.provider == "hf" and not _hf_host_allowed(host, env):
+        raise DeclarationError(
+            f"{decl.where}: url: pack {decl.label} (provider=hf) points at host {host!r}, "
+            f"not huggingface.co or $HF_ENDPOINT; {what} is not sent there (use "
+            "provider=https for another host, or set HF_ENDPOINT for a mirror)"
+        )
+    if not decl.locator.startswith("https://") and not is_loopback_host(host):
+        raise DeclarationError(
+            f"{decl.where}: url: pack {decl.label} would send {what} over plain http to "
+            f"host {host!r}; use https://"
+        )
+
+
 def _catalog_id(decl: PackDecl) -> tuple[str, str | None]:
     name, _, version = decl.locator.partition("@")
     return name, version or None
@@ -80,6 +109,11 @@ def describe_source(
         return redact_url(decl.locator), f"bearer from ${decl.token_env} ({state})"
     if decl.provider == "hf":
         tok, where = hf_token(env)
+        if tok:
+            try:
+                _check_credential_target(decl, env, f"the bearer from {where}")
+            except DeclarationError as exc:
+                return redact_url(decl.locator), f"REFUSED: {exc}"
         return redact_url(decl.locator), (f"bearer from {where}" if tok else "none (no "
                                           "HF_TOKEN, no hf login): public repos only")
     name, version = _catalog_id(decl)
@@ -119,12 +153,14 @@ def resolve_source(
                 f"{decl.where}: token_env: pack {decl.label} sends ${decl.token_env}, "
                 "which is not set or empty"
             )
+        _check_credential_target(decl, env, f"${decl.token_env}")
         return Source(decl.locator, {"Authorization": f"Bearer {tok}"},
                       f"bearer from ${decl.token_env}")
     if decl.provider == "hf":
         hf, where = hf_token(env)
         if hf is None:
             return Source(decl.locator)
+        _check_credential_target(decl, env, f"the Hugging Face token ({where})")
         return Source(decl.locator, {"Authorization": f"Bearer {hf}"}, f"bearer from {where}")
     name, version = _catalog_id(decl)
     try:

@@ -84,7 +84,7 @@ def server() -> Iterator[FileServer]:
 @pytest.fixture
 def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """A clean credential environment, the cache under tmp_path, cwd = the project root."""
-    for k in ("HF_TOKEN", "HF_TOKEN_PATH", ENV_URL, ENV_KEY, "ROBOT_TOKEN"):
+    for k in ("HF_TOKEN", "HF_TOKEN_PATH", "HF_ENDPOINT", ENV_URL, ENV_KEY, "ROBOT_TOKEN"):
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
     monkeypatch.setenv("NUMBATRAJ_CACHE", str(tmp_path / "cache"))
@@ -151,6 +151,7 @@ def test_https_and_hf_end_to_end(
                  token_env="ROBOT_TOKEN"),
             pack("hfcopy@v1", zst, "hf-assets", provider="hf", url=server.url("/hf/a.tar.zst")))
     monkeypatch.setenv("ROBOT_TOKEN", "s3cret")
+    monkeypatch.setenv("HF_ENDPOINT", server.url(""))  # the loopback server is the hf mirror
     (tmp_path / "hf-home").mkdir()
     (tmp_path / "hf-home" / "token").write_text("hf_abc\n")  # what `hf auth login` saves
 
