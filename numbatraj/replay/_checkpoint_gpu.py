@@ -17,7 +17,7 @@ import numpy as np
 from numbatraj.data.column import ColumnSpec
 from numbatraj.errors import IntegrityError
 from numbatraj.replay import _lanes
-from numbatraj.replay._checkpoint import FORMAT_VERSION, _read
+from numbatraj.replay._checkpoint import FORMAT_VERSION, _fsync_dir, _read
 
 __all__ = ["save_replay_gpu", "load_replay_gpu"]
 
@@ -65,6 +65,7 @@ def save_replay_gpu(rep: Any, path: str | os.PathLike[str]) -> None:
         finally:
             os.close(fd)
         os.replace(tmp, path)
+        _fsync_dir(path)
     except BaseException:
         try:
             os.remove(tmp)
@@ -98,6 +99,15 @@ def load_replay_gpu(cls: type, path: str | os.PathLike[str]) -> Any:
         if cfg["ere"] is not None:
             rep.configure_ere(True, cfg["ere"]["eta"], cfg["ere"]["c_min"])
         d, nd, size = rep.demo_capacity, int(state["n_demo"]), int(state["size"])
+        cursor, r = int(state["cursor"]), rep.ring_capacity
+        if not (0 <= nd <= d and 0 <= size <= r and 0 <= cursor < r) or (
+            size < r and cursor != size
+        ):
+            raise IntegrityError(
+                f"checkpoint {path!r}: ring state n_demo={nd}, size={size}, cursor={cursor} is "
+                f"impossible for demo_capacity {d} and ring capacity {r} (a ring that has not "
+                f"wrapped has cursor == size)"
+            )
         for name in rep.columns:
             e = rep._cols.row_elems(name)
             dt = rep._cols.storage_dtype(name)

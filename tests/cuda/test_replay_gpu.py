@@ -213,3 +213,23 @@ def test_dump_and_from_store_through_the_host(tmp_path):
     back = type(gpu).from_store(tmp_path / "g.h5", 6, quantize=QUANT)
     host = back.to_host()
     np.testing.assert_array_equal(row_ids(host.rows()), row_ids(cpu.rows())[-6:])
+
+
+def test_checkpoint_with_an_impossible_cursor_is_refused(tmp_path):
+    import json
+
+    import h5py
+
+    from numbatraj.errors import IntegrityError
+
+    gpu, cpu = _pair()
+    _fill(gpu, cpu, demos=0)
+    path = tmp_path / "gpu.ckpt"
+    gpu.save(path)
+    with h5py.File(path, "r+") as f:
+        state = json.loads(f.attrs["state"])
+        r = gpu.ring_capacity
+        state["size"], state["cursor"] = r - 1, 0  # not wrapped, yet the cursor is not size
+        f.attrs["state"] = json.dumps(state)
+    with pytest.raises(IntegrityError, match="is impossible"):
+        type(gpu).load(path)
