@@ -25,6 +25,14 @@ __all__ = ["SYNC_EVERY_BYTES", "PartFile", "part_path"]
 #: Default bytes between an ``fdatasync`` + ``DONTNEED`` of freshly written data.
 SYNC_EVERY_BYTES = 32 << 20
 
+#: Chunks waiting for the writer (and, separately, the hasher) in background mode.
+_QUEUE_ITEMS = 16
+
+#: Background mode hands chunks over in batches of about this many bytes (or items), so the
+#: threads meet once per batch rather than once per socket read.
+_BATCH_BYTES = 1 << 20
+_BATCH_ITEMS = 64
+
 _HAS_FADVISE = hasattr(os, "posix_fadvise") and hasattr(os, "POSIX_FADV_DONTNEED")
 
 
@@ -118,9 +126,10 @@ class PartFile:
     keep_existing : bool
         Resume an existing part file (True) or start from empty (False).
     background : bool
-        Hash and write on a helper thread (both release the GIL), so a caller receiving from
-        a socket overlaps with them.  :attr:`size` then counts accepted bytes; every other
-        method first waits until they are on disk, and re-raises a write error.
+        Hash and write on two helper threads, one each (both release the GIL), fed with
+        batches of about 1 MiB, so a caller receiving from a socket overlaps with them.
+        :attr:`size` then counts accepted bytes; every other method first waits until they
+        are hashed and on disk, and re-raises a write error.
     """
 
     def __init__(
@@ -143,32 +152,61 @@ class PartFile:
         self._synced = self._size  # bytes handed to the syncer
         self._syncer = _Syncer(self._fd, self._size) if self.sync_every > 0 else None
         self._accepted = self._size
-        self._queue: queue.Queue[bytes | None] | None = None
+        self._queue: queue.Queue[list[bytes] | None] | None = None  # to the writer thread
+        self._hash_queue: queue.Queue[list[bytes] | None] | None = None  # to the hasher
+        self._batch: list[bytes] = []  # accepted chunks not yet handed to the threads
+        self._batch_bytes = 0
         self._error: BaseException | None = None
         self._worker: threading.Thread | None = None
+        self._hash_worker: threading.Thread | None = None
         if background:
-            self._queue = queue.Queue(maxsize=16)
-            self._worker = threading.Thread(target=self._drain_loop, daemon=True)
+            # hashing and writing run on two threads of their own: both release the GIL,
+            # so with the receiving thread three cores' worth of work can overlap
+            self._queue = queue.Queue(maxsize=_QUEUE_ITEMS)
+            self._hash_queue = queue.Queue(maxsize=_QUEUE_ITEMS)
+            self._worker = threading.Thread(target=self._write_loop, daemon=True)
+            self._hash_worker = threading.Thread(target=self._hash_loop, daemon=True)
             self._worker.start()
+            self._hash_worker.start()
 
-    def _drain_loop(self) -> None:
+    def _write_loop(self) -> None:
         assert self._queue is not None
+        q = self._queue
         while True:
-            item = self._queue.get()
+            item = q.get()
             try:
                 if item is None:
                     return
                 if self._error is None:
-                    self._write_now(item)
+                    self._append_many(item)
             except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
                 self._error = exc
             finally:
-                self._queue.task_done()
+                q.task_done()
+
+    def _hash_loop(self) -> None:
+        assert self._hash_queue is not None
+        q = self._hash_queue
+        while True:
+            item = q.get()
+            try:
+                if item is None:
+                    return
+                if self._error is None:
+                    for chunk in item:
+                        self._hasher.update(chunk)
+            except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+                self._error = exc
+            finally:
+                q.task_done()
 
     def _wait(self) -> None:
         """Block until every accepted byte is written; re-raise a helper-thread error."""
+        self._hand_over()
         if self._queue is not None:
             self._queue.join()
+        if self._hash_queue is not None:
+            self._hash_queue.join()
         if self._error is not None:
             err, self._error = self._error, None
             raise err
@@ -196,19 +234,39 @@ class PartFile:
     def write(self, data: bytes) -> None:
         """Append ``data`` and feed it to the running digest."""
         self._require_open()
-        if self._queue is not None:
+        if self._queue is not None and self._hash_queue is not None:
             if self._error is not None:
                 self._wait()
-            self._queue.put(bytes(data))
+            if not isinstance(data, bytes):
+                data = bytes(data)  # the caller may reuse its buffer
+            self._batch.append(data)
+            self._batch_bytes += len(data)
             self._accepted += len(data)
+            if self._batch_bytes >= _BATCH_BYTES or len(self._batch) >= _BATCH_ITEMS:
+                self._hand_over()
             return
         self._accepted += len(data)
         self._write_now(data)
 
     def _write_now(self, data: bytes) -> None:
+        self._hasher.update(data)
+        self._append(data)
+
+    def _hand_over(self) -> None:
+        """Queue the pending chunks for the hasher and the writer (one item each)."""
+        if self._batch and self._queue is not None and self._hash_queue is not None:
+            batch, self._batch, self._batch_bytes = self._batch, [], 0
+            self._hash_queue.put(batch)
+            self._queue.put(batch)
+
+    def _append_many(self, chunks: list[bytes]) -> None:
+        """Append ``chunks`` (not hashed here)."""
+        for chunk in chunks:
+            self._append(chunk)
+
+    def _append(self, data: bytes) -> None:
         fd = self._fd
         view = memoryview(data)
-        self._hasher.update(view)
         while view:
             n = os.write(fd, view)
             view = view[n:]
@@ -263,6 +321,10 @@ class PartFile:
             self._queue.put(None)
             self._worker.join()
             self._worker = None
+        if self._hash_worker is not None and self._hash_queue is not None:
+            self._hash_queue.put(None)
+            self._hash_worker.join()
+            self._hash_worker = None
 
     def close(self) -> None:
         """Close, keeping the part file for a later resume."""

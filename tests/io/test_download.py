@@ -347,3 +347,28 @@ def test_background_partfile_matches_direct(tmp_path, payload) -> None:
         pa.commit()
         pb.commit()
     assert a.read_bytes() == b"abc" and b.read_bytes() == payload
+
+
+def test_background_partfile_batches_small_writes(tmp_path, payload) -> None:
+    """Small chunks are handed to the hash and write threads in batches: a digest, a
+    truncate or a close in the middle of a batch still sees every accepted byte, and a
+    caller reusing its buffer after write() does not change what was accepted."""
+    dest = tmp_path / "f"
+    buf = bytearray(1000)
+    expect = bytearray()
+    with PartFile(dest, background=True, sync_every=4096) as p:
+        for i in range(300):
+            buf[:] = bytes([i % 251]) * len(buf)
+            p.write(buf)  # type: ignore[arg-type]
+            expect += buf
+            if i == 123:
+                assert p.hexdigest() == hashlib.sha256(expect).hexdigest()
+        assert p.size == len(expect)
+    assert (tmp_path / "f.part").read_bytes() == bytes(expect)  # close flushed the tail
+    with PartFile(dest, background=True) as p:  # resumed: hashes what is there
+        assert p.size == len(expect)
+        p.write(payload[:10])
+        expect += payload[:10]
+        assert p.hexdigest() == hashlib.sha256(expect).hexdigest()
+        p.commit()
+    assert dest.read_bytes() == bytes(expect)
