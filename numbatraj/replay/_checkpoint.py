@@ -80,19 +80,29 @@ def save_replay(rep: Any, path: str | os.PathLike[str]) -> None:
                 _write(f, f"ring/{name}", data[d : d + size])
             for k, a in arrays.items():
                 f.create_dataset(f"sampler/{k}", data=a)
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        _fsync_dir(path)
+        publish(tmp, path)
     except BaseException:
-        try:
-            os.remove(tmp)
-        except FileNotFoundError:
-            pass
+        discard(tmp)
         raise
+
+
+def publish(tmp: str, path: str) -> None:
+    """fsync the finished ``tmp``, rename it to ``path`` and fsync the directory."""
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    _fsync_dir(path)
+
+
+def discard(tmp: str) -> None:
+    """Remove a half-written temporary file, if any."""
+    try:
+        os.remove(tmp)
+    except FileNotFoundError:
+        pass
 
 
 def _fsync_dir(path: str) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 from numbatraj.data.column import ColumnSpec
 from numbatraj.errors import IntegrityError
 from numbatraj.replay import _lanes
-from numbatraj.replay._checkpoint import FORMAT_VERSION, _fsync_dir, _read
+from numbatraj.replay._checkpoint import FORMAT_VERSION, _read, discard, publish
 
 __all__ = ["save_replay_gpu", "load_replay_gpu"]
 
@@ -59,18 +59,9 @@ def save_replay_gpu(rep: Any, path: str | os.PathLike[str]) -> None:
             if rep.prioritized:
                 f.create_dataset("sampler/leaves", data=rep.tree_leaves())
                 f.create_dataset("sampler/stamps", data=rep._gen.copy_to_host())
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        _fsync_dir(path)
+        publish(tmp, path)
     except BaseException:
-        try:
-            os.remove(tmp)
-        except FileNotFoundError:
-            pass
+        discard(tmp)
         raise
 
 
