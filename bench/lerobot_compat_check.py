@@ -57,7 +57,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from numbatraj.importers.lerobot_writer import LeRobotWriter  # noqa: E402
+from numbatraj.lerobot.write import LeRobotWriter  # noqa: E402
 
 FPS = 30
 H, W = 64, 96

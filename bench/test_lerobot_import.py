@@ -15,8 +15,8 @@ import av
 import pytest
 
 from bench.conftest import bench_scale
-from numbatraj.importers.lerobot import import_lerobot_v3
-from tests.importers.lerobot_fixtures import CameraSpec, DatasetSpec, write_dataset
+from numbatraj.lerobot.read import import_lerobot_v3
+from tests.lerobot.lerobot_fixtures import CameraSpec, DatasetSpec, write_dataset
 
 H, W = 240, 320
 GROUP = "lerobot import, 320x240 AV1, 2 cameras (camera frames/s)"
@@ -104,10 +104,10 @@ def test_decode_and_raw_write_floor(benchmark, ratios, dataset, tmp_path):
 def test_import(benchmark, ratios, dataset, tmp_path):
     root, frames = dataset
     out = str(tmp_path / "store.h5")
-    import_lerobot_v3(root, out, height=H, width=W, progress=False)  # warm-up
+    import_lerobot_v3(root, out, height=H, width=W, show_progress=False)  # warm-up
 
     def run() -> None:
-        import_lerobot_v3(root, out, height=H, width=W, progress=False, force=True)
+        import_lerobot_v3(root, out, height=H, width=W, show_progress=False, force=True)
 
     benchmark.pedantic(run, rounds=5, iterations=1)
     ratios.record(
@@ -124,7 +124,7 @@ def test_import_with_resize(benchmark, ratios, dataset, tmp_path):
     out = str(tmp_path / "store.h5")
 
     def run() -> None:
-        import_lerobot_v3(root, out, height=120, width=160, progress=False, force=True)
+        import_lerobot_v3(root, out, height=120, width=160, show_progress=False, force=True)
 
     run()
     benchmark.pedantic(run, rounds=5, iterations=1)

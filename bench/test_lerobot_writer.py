@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from bench.conftest import bench_scale
-from numbatraj.importers.lerobot_writer import LeRobotWriter, codec_options, encoder_options
+from numbatraj.lerobot.write import LeRobotWriter, codec_options, encoder_options
 
 H, W, FPS, LENGTH = 240, 320, 30, 60
 CAMERAS = ("front", "wrist")

@@ -25,10 +25,10 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from numbatraj.data.store import TrajectoryStore  # noqa: E402
-from numbatraj.importers.lerobot import import_lerobot_v3  # noqa: E402
+from numbatraj.lerobot import import_lerobot_v3  # noqa: E402
 
 # The dataset generator of the tests stands in for a recording here.
-from tests.importers.lerobot_fixtures import adversarial_spec, write_dataset  # noqa: E402
+from tests.lerobot.lerobot_fixtures import adversarial_spec, write_dataset  # noqa: E402
 
 
 def main() -> None:

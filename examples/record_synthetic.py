@@ -28,12 +28,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from numbatraj.data.store import TrajectoryStore  # noqa: E402
-from numbatraj.importers.lerobot import import_lerobot_v3  # noqa: E402
-from numbatraj.importers.lerobot_writer import (  # noqa: E402
-    LeRobotWriter,
-    refuse_existing_dataset,
-    reject_episode,
-)
+from numbatraj.lerobot import LeRobotWriter, import_lerobot_v3, reject_episode  # noqa: E402
+from numbatraj.lerobot.write import refuse_existing_dataset  # noqa: E402
 
 JOINTS = ["shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll", "gripper"]
 H, W, FPS = 48, 64, 30
@@ -86,7 +82,7 @@ def main() -> None:
         info = json.load(fh)
     print(f"dataset: {root}: {info['total_episodes']} episodes, {info['total_frames']} frames")
     out = os.path.join(work, "so101-synthetic.h5")
-    import_lerobot_v3(root, out, height=H, width=W, force=True, progress=False)
+    import_lerobot_v3(root, out, height=H, width=W, force=True, show_progress=False)
     with TrajectoryStore(out) as store:
         print(f"store: {out}: {store.n_episodes} episodes, {store.n_rows} frames "
               f"(rejected: {json.loads(store.manifest['attr.rejected_episodes'])})")

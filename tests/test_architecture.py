@@ -22,8 +22,18 @@ ALLOWED = {
     "samplers": {"io", "data"},
     "replay": {"io", "data", "samplers"},
     "lerobot": {"io", "data"},
-    "importers": {"io", "data", "lerobot"},
+    "importers": {"io", "data"},
     "remote": {"io", "data", "lerobot"},
+}
+# Named exceptions: (module, the public module it may import) beyond its layer's ALLOWED.
+EXCEPTIONS = {
+    # the lazy alias numbatraj.importers.import_lerobot_v3, resolved from the public package
+    ("importers/__init__.py", "numbatraj.lerobot"),
+    # CLI commands still parked in importers/ until they move to numbatraj/cli/
+    ("importers/_cli_lerobot.py", "numbatraj.lerobot.hub"),
+    ("importers/_cli_lerobot.py", "numbatraj.lerobot.read"),
+    ("importers/_cli_lerobot_write.py", "numbatraj.lerobot.hub"),
+    ("importers/_cli_lerobot_write.py", "numbatraj.lerobot.write"),
 }
 # top-level modules any layer may use
 SHARED = {"errors", "_jit", "_cuda", "_version"}
@@ -49,6 +59,8 @@ def _violations() -> list[str]:
                 target = parts[1] if len(parts) > 1 else "numbatraj"
                 if target == layer or target in SHARED or target in allowed:
                     continue
+                if (path.relative_to(PKG).as_posix(), mod) in EXCEPTIONS:
+                    continue
                 bad.append(f"{path.relative_to(PKG.parent)}:{lineno} imports {mod} ({layer} may not)")
     return bad
 
@@ -63,6 +75,25 @@ def test_checker_catches_a_violation(tmp_path, monkeypatch):
     (fake / "io" / "bad.py").write_text("from numbatraj.data.store import TrajectoryStore\n")
     monkeypatch.setattr(sys.modules[__name__], "PKG", fake)
     assert any("io/bad.py:1 imports numbatraj.data.store" in v for v in _violations())
+
+
+def test_lerobot_package_imports_lightly():
+    """``import numbatraj.lerobot`` (and its schema) loads neither pyarrow nor PyAV; the
+    public names resolve on first use."""
+    code = (
+        "import sys, numbatraj.lerobot as L, numbatraj.lerobot.schema\n"
+        "print(sorted(m for m in ('pyarrow', 'av') if m in sys.modules))\n"
+        "print(all(callable(getattr(L, n)) for n in L.__all__))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[:2] == ["[]", "True"]
+
+
+def test_importers_alias_is_the_lerobot_import():
+    import numbatraj.importers as imp
+    import numbatraj.lerobot as lr
+
+    assert imp.import_lerobot_v3 is lr.import_lerobot_v3
 
 
 @pytest.mark.parametrize("module", ["numbatraj", "numbatraj.io", "numbatraj.data"])

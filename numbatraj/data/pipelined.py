@@ -5,9 +5,9 @@ so writing batch ``k`` while batch ``k + 1`` is decoded hides most of the write 
 batches live in a small fixed pool of preallocated buffers that the writing thread hands
 back once written; memory stays at ``pool`` batches whatever the dataset's length.
 
-The writing thread also flushes the file to disk every ``sync_bytes`` (``fdatasync`` on its
-own descriptor of ``writer.tmp_path``), so the fsync that the writer's ``close`` performs
-finds little left to do instead of waiting for the whole file at the end.
+Periodic flushes to disk during the write are the writer's own
+(:class:`~numbatraj.data.writer.TrajectoryStoreWriter`'s ``sync_every_bytes``); they run on
+the writing thread too, since that is where the writer is called.
 
 Only the background thread touches the writer between :meth:`PipelinedAppender.start` and
 :meth:`PipelinedAppender.finish`; an error there is re-raised in the caller's thread at its
@@ -16,7 +16,6 @@ next call.
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 from collections.abc import Mapping
@@ -47,8 +46,6 @@ class PipelinedAppender:
         Rows per buffer.
     pool : int
         Number of buffers (at least 2: one being filled, one being written).
-    sync_bytes : int
-        Bytes between background flushes to disk; 0 disables them.
     """
 
     def __init__(
@@ -59,17 +56,8 @@ class PipelinedAppender:
         dtype: np.dtype,
         batch_rows: int,
         pool: int = 3,
-        sync_bytes: int = 32 << 20,
     ) -> None:
         self._writer = writer
-        self._sync_bytes = int(sync_bytes)
-        self._unsynced = 0
-        self._fd = -1
-        if self._sync_bytes > 0:
-            try:
-                self._fd = os.open(writer.tmp_path, os.O_RDONLY)
-            except OSError:  # no flushing then; close() still fsyncs
-                self._fd = -1
         self._column = column
         self._free: queue.Queue[np.ndarray] = queue.Queue()
         for _ in range(max(2, pool)):
@@ -86,9 +74,6 @@ class PipelinedAppender:
         while True:
             kind, rows, buf = self._work.get()
             if kind == _STOP:
-                if self._fd >= 0:
-                    os.close(self._fd)
-                    self._fd = -1
                 return
             try:
                 if self._error is None and not self._cancelled:
@@ -98,10 +83,6 @@ class PipelinedAppender:
                         assert isinstance(rows, dict) and isinstance(buf, np.ndarray)
                         n = len(next(iter(rows.values())))
                         self._writer.append_rows({**rows, self._column: buf[:n]})
-                        self._unsynced += buf[:n].nbytes
-                        if self._fd >= 0 and self._unsynced >= self._sync_bytes:
-                            os.fdatasync(self._fd)
-                            self._unsynced = 0
             except BaseException as exc:  # handed to the caller's thread
                 self._error = exc
             finally:

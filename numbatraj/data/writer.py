@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import os
 from collections.abc import Iterable, Mapping
 from types import TracebackType
@@ -10,10 +11,10 @@ from typing import Any
 import h5py
 import numpy as np
 
-from numbatraj.data.column import ColumnSpec, check_column_set
+from numbatraj.data.column import STORE_DATASETS, ColumnSpec, check_column_set
 from numbatraj.data.episode_index import offsets_from_lengths
 from numbatraj.data.manifest import build_manifest, check_attrs, check_text, encode_manifest
-from numbatraj.errors import EpisodeError, NumbatrajError, SchemaError
+from numbatraj.errors import EpisodeError, NumbatrajError, RowIndexError, SchemaError
 from numbatraj.io.atomic import discard, publish, temp_path
 from numbatraj.io.hdf5 import compression_kwargs, ensure_filter_plugins
 
@@ -21,6 +22,13 @@ __all__ = ["TrajectoryStoreWriter", "default_chunk_rows", "CHUNK_TARGET_BYTES"]
 
 #: Target bytes per HDF5 chunk (see docs/store.md, "Chunking", for the measurements).
 CHUNK_TARGET_BYTES = 256 << 10
+
+
+def _datasync(fd: int) -> None:
+    if hasattr(os, "fdatasync"):
+        os.fdatasync(fd)
+    else:  # pragma: no cover - macOS, Windows
+        os.fsync(fd)
 
 
 def default_chunk_rows(row_bytes: int, target_bytes: int = CHUNK_TARGET_BYTES) -> int:
@@ -52,6 +60,12 @@ class TrajectoryStoreWriter:
         Replace an existing file at ``path`` on close.  Otherwise an existing file is an error.
     chunk_rows : mapping of str to int, optional
         Rows per chunk for specific columns; others use :func:`default_chunk_rows`.
+    sync_every_bytes : int
+        During a long write, flush the temporary file (HDF5's caches to the OS) and
+        ``fdatasync`` it every time this many bytes have been appended since the last sync,
+        so the disk keeps up with the writer and the fsync in :meth:`close` finds little left
+        to do; 0 (the default) never syncs before :meth:`close`.  Imports of large datasets
+        use :data:`numbatraj.io.atomic.SYNC_EVERY_BYTES` (32 MiB).
 
     Examples
     --------
@@ -70,6 +84,7 @@ class TrajectoryStoreWriter:
         attrs: Mapping[str, Any] | None = None,
         overwrite: bool = False,
         chunk_rows: Mapping[str, int] | None = None,
+        sync_every_bytes: int = 0,
     ) -> None:
         self._columns = check_column_set(columns)
         self._attrs = check_attrs(attrs)
@@ -89,11 +104,24 @@ class TrajectoryStoreWriter:
         unknown = set(chunk_rows) - set(self._columns)
         if unknown:
             raise SchemaError(f"chunk_rows names undeclared column(s) {sorted(unknown)}")
+        try:
+            every = -1 if isinstance(sync_every_bytes, bool) else operator.index(sync_every_bytes)
+        except TypeError:
+            every = -1
+        if every < 0:
+            raise SchemaError(
+                f"sync_every_bytes must be a whole number >= 0 (0: off), got {sync_every_bytes!r}"
+            )
+        self._sync_every = every
+        self._unsynced = 0
+        self._sync_fd = -1
         self.tmp_path = temp_path(self.path)
         ensure_filter_plugins()
         self._file: h5py.File | None = h5py.File(self.tmp_path, "w")
         self._ds: dict[str, h5py.Dataset] = {}
         try:
+            if self._sync_every:
+                self._sync_fd = os.open(self.tmp_path, os.O_RDONLY)
             for name, spec in self._columns.items():
                 given = chunk_rows.get(name)
                 rows = default_chunk_rows(spec.row_bytes) if given is None else int(given)
@@ -201,6 +229,40 @@ class TrajectoryStoreWriter:
             ds.resize(start, axis=0)
             raise
         self._counts[name] = start + n
+        if self._sync_every:
+            self._unsynced += arr.nbytes
+            if self._unsynced >= self._sync_every:
+                self._sync()
+
+    def _sync(self) -> None:
+        """Flush HDF5's caches to the temporary file and ``fdatasync`` it."""
+        assert self._file is not None
+        self._file.flush()
+        _datasync(self._sync_fd)
+        self._unsynced = 0
+
+    def read_range(self, name: str, start: int, stop: int) -> np.ndarray:
+        """Rows ``start:stop`` of column ``name`` appended so far, in one contiguous read
+        (for statistics computed before :meth:`close`, such as datasets passed to it).
+
+        ``0 <= start <= stop <= rows appended to name`` or :class:`RowIndexError`.
+        """
+        self._require_open()
+        spec = self._columns.get(name)
+        if spec is None:
+            raise SchemaError(
+                f"column {name!r} is not declared; declared columns: {', '.join(self._columns)}"
+            )
+        start, stop, n = int(start), int(stop), self._counts[name]
+        if not 0 <= start <= stop <= n:
+            raise RowIndexError(
+                f"read_range({name!r}, {start}, {stop}) is outside the {n} row(s) appended "
+                f"so far (need 0 <= start <= stop <= {n})"
+            )
+        out = np.empty((stop - start, *spec.shape), dtype=spec.dtype)
+        if stop > start:
+            self._ds[name].read_direct(out, source_sel=np.s_[start:stop])
+        return out
 
     def _step_problem(self) -> str | None:
         counts = set(self._counts.values())
@@ -230,14 +292,48 @@ class TrajectoryStoreWriter:
         self._episode_start = total
         return length
 
-    def close(self) -> None:
+    def _checked_datasets(self, datasets: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        for name, value in datasets.items():
+            if not isinstance(name, str) or not name or "/" in name:
+                raise SchemaError(
+                    f"close(datasets=...): dataset name {name!r} must be a non-empty str "
+                    f"without '/'"
+                )
+            if name in self._columns or name in STORE_DATASETS or name.startswith("__"):
+                raise SchemaError(
+                    f"close(datasets=...): {name!r} clashes with a column "
+                    f"({', '.join(self._columns)}), the store's own datasets "
+                    f"({', '.join(sorted(STORE_DATASETS))}) or the reserved '__' prefix"
+                )
+            arr = np.asarray(value)
+            if arr.dtype.kind not in "biufc":
+                raise SchemaError(
+                    f"close(datasets=...): {name!r} is {arr.dtype}, expected a numeric or "
+                    f"bool array"
+                )
+            out[name] = arr
+        return out
+
+    def close(self, datasets: Mapping[str, Any] | None = None) -> None:
         """Write the episode index and manifest, then publish the temporary file as ``path``.
 
+        Parameters
+        ----------
+        datasets : mapping of str to array, optional
+            Extra named datasets stored beside the columns before the file is published
+            (for example normalisation statistics), each written as given (its dtype and
+            shape kept).  A name may not be a column's, a store dataset's (``ep_len``,
+            ``ep_offset``, ``__manifest__``) or start with ``__``; the arrays must be numeric
+            or bool.  They are not columns: the manifest does not list them.
+
         Raises :class:`EpisodeError` (and stays open) when the columns are out of step or
-        rows were appended after the last :meth:`end_episode`.
+        rows were appended after the last :meth:`end_episode`; :class:`SchemaError` (and
+        stays open) for a bad ``datasets`` entry.
         """
         if self._file is None:
             return
+        extra = self._checked_datasets(datasets or {})
         problem = self._step_problem()
         if problem:
             raise EpisodeError(f"close() of {self.path!r}: {problem}")
@@ -261,11 +357,19 @@ class TrajectoryStoreWriter:
             attrs=self._attrs,
         )
         f.create_dataset("__manifest__", data=encode_manifest(manifest))
+        for name, arr in extra.items():
+            f.create_dataset(name, data=arr)
         f.close()
         self._file = None
+        self._close_sync_fd()
         # overwrite=False links the file into place, so a store that appeared meanwhile is
         # never clobbered (the finished one then stays at tmp_path, as the error says)
         publish(self.tmp_path, self.path, overwrite=self._overwrite)
+
+    def _close_sync_fd(self) -> None:
+        fd, self._sync_fd = self._sync_fd, -1
+        if fd >= 0:
+            os.close(fd)
 
     def abort(self) -> None:
         """Discard everything: close the temporary file and delete it.  ``path`` is untouched."""
@@ -275,6 +379,7 @@ class TrajectoryStoreWriter:
                 f.close()
             except Exception:  # pragma: no cover - the file is being discarded anyway
                 pass
+        self._close_sync_fd()
         discard(self.tmp_path)
 
     def __enter__(self) -> TrajectoryStoreWriter:

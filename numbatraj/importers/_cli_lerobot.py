@@ -9,8 +9,8 @@ __all__ = ["register"]
 
 
 def _cmd(args: argparse.Namespace) -> int:
-    from numbatraj.importers.hub_cache import default_store_path, resolve_dataset_root
-    from numbatraj.importers.lerobot import import_lerobot_v3
+    from numbatraj.lerobot.hub import default_store_path, resolve_dataset_root
+    from numbatraj.lerobot.read import import_lerobot_v3
 
     if args.repo:
         root = resolve_dataset_root(
@@ -28,7 +28,7 @@ def _cmd(args: argparse.Namespace) -> int:
         height=args.height,
         width=args.width,
         force=args.force,
-        progress=not args.quiet,
+        show_progress=not args.quiet,
         source=source,
     )
     print(path)

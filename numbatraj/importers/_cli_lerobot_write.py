@@ -10,7 +10,7 @@ __all__ = ["register"]
 
 
 def _push(args: argparse.Namespace) -> int:
-    from numbatraj.importers.lerobot_push import push_lerobot_dataset
+    from numbatraj.lerobot.hub import push_lerobot_dataset
 
     result = push_lerobot_dataset(
         args.root,
@@ -29,7 +29,7 @@ def _push(args: argparse.Namespace) -> int:
 
 
 def _reject(args: argparse.Namespace) -> int:
-    from numbatraj.importers.lerobot_writer import reject_episode
+    from numbatraj.lerobot.write import reject_episode
 
     rejected = reject_episode(args.root, args.episode, note=args.note)
     print(f"rejected episodes: {rejected}")
@@ -48,7 +48,7 @@ def register(subparsers: Any) -> None:
         "push",
         help="upload a dataset directory to a Hub dataset repo",
         description=(
-            "Upload what is on disk (hidden and .part files skipped, videos of an episode "
+            "Upload what is on disk (hidden, temporary and .part files skipped, videos of an episode "
             "still being recorded held back) in one commit; unchanged files are not sent "
             "again.  Token: HF_TOKEN, then a .env file, then the hf CLI's login."
         ),

@@ -2,7 +2,8 @@
 
 :class:`CameraFiles` owns one camera's encoder.  With checkpoints every episode is its own
 mp4; without, episodes are appended to the open mp4 until it has reached its size limit.  An
-mp4 is encoded under ``<file>.mp4.part`` and renamed when finished.
+mp4 is encoded under ``<file>.mp4.part`` and published (:func:`numbatraj.io.atomic.publish`)
+when finished.
 
 :class:`DataFiles` owns the data Parquet files.  With checkpoints the current file is
 rewritten (complete, under a temporary name, renamed with the rest of the checkpoint) after
@@ -17,15 +18,17 @@ the one that brought the current file to its limit.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
-from numbatraj.importers._lerobot_write_meta import Batch, fsync_dir
+from numbatraj.io.atomic import FileBatch, fsync_dir, publish
 from numbatraj.io.video_encode import VideoEncoder
 from numbatraj.lerobot import schema as S
+from numbatraj.lerobot._tables import parquet_fill
 
 __all__ = ["PART_SUFFIX", "CameraFiles", "DataFiles", "next_key"]
 
@@ -40,10 +43,10 @@ def next_key(key: Key) -> Key:
 
 
 def _finish(part: str) -> None:
-    """Rename a finished (already fsynced) ``part`` file into place and fsync its directory,
-    so the rename is durable before any metadata naming the file is written."""
-    os.replace(part, part[: -len(PART_SUFFIX)])
-    fsync_dir(os.path.dirname(part) or ".")
+    """Publish a finished (already fsynced) ``part`` file under its final name and fsync its
+    directory, so the rename is durable before any metadata naming the file is written."""
+    publish(part, part[: -len(PART_SUFFIX)], sync=False)  # the encoder / close fsynced it
+    fsync_dir(os.path.dirname(os.path.abspath(part)))
 
 
 class CameraFiles:
@@ -60,11 +63,12 @@ class CameraFiles:
         height: int,
         limit_bytes: float,
         checkpoint: bool,
+        file_key: Key = (0, 0),
     ) -> None:
         self.root, self.key, self.encoder, self.options = root, key, encoder, options
         self.fps, self.width, self.height = fps, width, height
         self.limit, self.checkpoint = limit_bytes, checkpoint
-        self.file_key: Key = (0, 0)  # file the open or next episode goes to
+        self.file_key: Key = file_key  # file the open or next episode goes to
         self._enc: VideoEncoder | None = None
         self._episodes_in_file = 0
         self._first = 0  # frame of the open episode inside the file
@@ -124,13 +128,26 @@ class CameraFiles:
 
 
 class DataFiles:
-    """The data Parquet files; :meth:`add_episode` returns the ``(chunk, file)`` used."""
+    """The data Parquet files; :meth:`add_episode` returns the ``(chunk, file)`` used.
 
-    def __init__(self, root: str, schema: pa.Schema, limit_bytes: float, checkpoint: bool):
+    ``file_key`` is the file the next episode goes to and ``tables`` the episodes already in
+    it (a resumed checkpoint continues a file that has not reached its limit).
+    """
+
+    def __init__(
+        self,
+        root: str,
+        schema: pa.Schema,
+        limit_bytes: float,
+        checkpoint: bool,
+        file_key: Key = (0, 0),
+        tables: Sequence[pa.Table] = (),
+    ) -> None:
         self.root, self.schema = root, schema
         self.limit, self.checkpoint = limit_bytes, checkpoint
-        self.file_key: Key = (0, 0)
-        self.tables: list[pa.Table] = []  # checkpoint mode: the current file's episodes
+        self.file_key: Key = file_key
+        # checkpoint mode: the current file's episodes
+        self.tables: list[pa.Table] = [t.cast(schema) for t in tables]
         self._writer: Any = None
         self._fh: Any = None
 
@@ -138,13 +155,14 @@ class DataFiles:
         """Final path of data file ``key``."""
         return os.path.join(self.root, S.data_file(S.DEFAULT_DATA_PATH, *key))
 
-    def add_episode(self, table: pa.Table, batch: Batch | None = None) -> Key:
+    def add_episode(self, table: pa.Table, batch: FileBatch | None = None) -> Key:
         """Add one episode's rows.  With checkpoints the rewritten file joins ``batch``."""
         key = self.file_key
         if self.checkpoint:
             assert batch is not None
             self.tables.append(table)
-            size = batch.parquet(self.path(key), self.tables)
+            path = self.path(key)
+            size = batch.add(path, parquet_fill(path, self.tables))
             if size >= self.limit:
                 self.file_key, self.tables = next_key(key), []
             return key

@@ -15,8 +15,9 @@ import os
 from typing import Any
 
 from numbatraj.errors import DatasetExistsError, EpisodeError, SchemaError
-from numbatraj.importers._lerobot_write_meta import atomic_write_json
+from numbatraj.io.atomic import write_bytes
 from numbatraj.lerobot import schema as S
+from numbatraj.lerobot._tables import json_bytes
 
 __all__ = ["DatasetExistsError", "refuse_existing_dataset", "reject_episode"]
 
@@ -70,5 +71,5 @@ def reject_episode(root: str | os.PathLike[str], index: int, note: str | None = 
         doc = {"rejected_episodes": list(old["rejected_episodes"]), "note": old.get("note", "")}
     rejected = sorted({int(e) for e in doc["rejected_episodes"]} | {int(index)})
     notes = [n for n in (doc.get("note") or "", note or "") if n]
-    atomic_write_json(path, {"rejected_episodes": rejected, "note": "; ".join(notes)})
+    write_bytes(path, json_bytes({"rejected_episodes": rejected, "note": "; ".join(notes)}))
     return rejected

@@ -23,7 +23,7 @@ from numbatraj.io.parquet import column_to_numpy, parquet_num_rows, read_parquet
 from numbatraj.io.video import probe_video
 from numbatraj.lerobot import schema as S
 
-__all__ = ["CameraSegment", "DatasetPlan", "EpisodePlan", "LeRobotFormatError", "load_plan"]
+__all__ = ["CameraSegment", "DatasetPlan", "EpisodePlan", "load_plan"]
 
 
 @dataclass(frozen=True)

@@ -1,17 +1,24 @@
-"""Reopen a checkpointed LeRobot v3.0 directory: :func:`resume_writer`.
+"""Read a checkpointed LeRobot v3.0 directory back: :func:`read_resume_state`.
 
-The directory is read back through the importer's own readers (:func:`~numbatraj.importers.
-_lerobot_meta.load_plan` checks it whole: counts, data rows, videos) and
-:mod:`numbatraj.io.parquet` (the episode table and the last data file).  Per-episode
-statistics cannot be recomputed without decoding every video, so they come from the sidecar
+The directory is read back through the importer's own readers (:func:`~numbatraj.lerobot.
+_plan.load_plan` checks it whole: counts, data rows, videos) and :mod:`numbatraj.io.parquet`
+(the episode table and the last data file).  Per-episode statistics cannot be recomputed
+without decoding every video, so they come from the sidecar
 ``meta/numbatraj_writer_stats.json`` written at every checkpoint; the sidecar is also what
 marks a directory as written with checkpoints (one mp4 per episode).
 
 A checkpoint a crash interrupted between two of its renames is completed first, from its
-journal (:func:`~numbatraj.importers._lerobot_write_meta.replay_journal`): every temporary
-file was complete before the first rename, so it rolls forward.  What a crash left behind is
-then removed: ``*.part`` files (the videos or data file of the episode in progress) and
-hidden ``.*.tmp`` files (a checkpoint interrupted before its journal was written).
+journal (:func:`numbatraj.io.atomic.replay_journal`): every temporary file was complete
+before the first rename, so it rolls forward.  What a crash left behind is then removed:
+``*.part`` files (the videos or data file of the episode in progress) and temporary files
+(:func:`numbatraj.io.atomic.is_temp_name`: a checkpoint interrupted before its journal was
+written).
+
+The result is a frozen :class:`_ResumeState`: what the directory was written with (checked
+against the session by :meth:`_ResumeState.check_session`) and where a writer continuing it
+starts (tasks, episode rows, statistics, the next metadata, data and video files).
+:meth:`~numbatraj.lerobot.write.LeRobotWriter.resume` builds the writer from it; this module
+never touches a writer.
 """
 
 from __future__ import annotations
@@ -19,45 +26,118 @@ from __future__ import annotations
 import glob
 import json
 import os
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
-from numbatraj.importers._lerobot_meta import load_plan
-from numbatraj.importers._lerobot_write_files import PART_SUFFIX, next_key
-from numbatraj.importers._lerobot_write_meta import (
-    SIDECAR_PATH,
-    SIDECAR_VERSION,
-    camera_key,
-    replay_journal,
-)
-from numbatraj.importers._lerobot_write_stats import stats_from_json
+import pyarrow as pa  # type: ignore[import-untyped]
+
+from numbatraj.errors import ResumeError
+from numbatraj.io.atomic import is_temp_name, replay_journal
 from numbatraj.io.parquet import read_parquet
 from numbatraj.io.video_encode import resolve_codec
 from numbatraj.lerobot import schema as S
+from numbatraj.lerobot._files import PART_SUFFIX, Key, next_key
+from numbatraj.lerobot._plan import load_plan
+from numbatraj.lerobot._stats import FeatureStats, stats_from_json
+from numbatraj.lerobot._tables import (
+    JOURNAL_PATH,
+    SIDECAR_PATH,
+    SIDECAR_VERSION,
+    camera_key,
+    data_schema,
+)
 
-if TYPE_CHECKING:
-    from numbatraj.importers.lerobot_writer import LeRobotWriter
-
-__all__ = ["remove_leftovers", "resume_writer"]
+__all__ = ["read_resume_state", "remove_leftovers"]
 
 _MB = 1 << 20
 
 
+@dataclass(frozen=True)
+class _ResumeState:
+    """A writer's starting point.  ``_ResumeState(root)`` is an empty directory's.
+
+    The first group is where the next episode goes; the second what the directory was
+    written with (empty for a new directory); ``removed`` and ``completed`` are the leftovers
+    deleted and the interrupted checkpoint's renames completed while it was read.
+    """
+
+    root: str
+    tasks: tuple[str, ...] = ()
+    rows: tuple[dict[str, Any], ...] = ()  # the episode table, one dict per episode
+    stats: tuple[dict[str, FeatureStats], ...] = ()  # per-episode statistics
+    frames: int = 0
+    meta_key: Key = (0, 0)  # episode-table file the next episode goes to
+    meta_first: int = 0  # first episode of that file
+    data_key: Key = (0, 0)  # data file the next episode goes to
+    data_tables: tuple[pa.Table, ...] = ()  # episodes already in that file
+    video_keys: Mapping[str, Key] = field(default_factory=dict)  # camera key -> next file
+
+    info: Mapping[str, Any] = field(default_factory=dict)  # meta/info.json
+    fps: float = 0.0
+    camera_keys: tuple[str, ...] = ()
+    state_names: tuple[str, ...] = ()
+    action_names: tuple[str, ...] = ()
+    encoder: str = ""
+    crf: int | None = None
+    data_mb: float = 100  # the file-size limit the positions above were decided with
+
+    removed: tuple[str, ...] = ()
+    completed: tuple[str, ...] = ()
+
+    def refuse(self, what: str) -> ResumeError:
+        return _refuse(self.root, what)
+
+    def _compare(self, what: str, expected: Any, found: Any) -> None:
+        if expected != found:
+            raise self.refuse(
+                f"{what} differ: this session has {expected!r}, the directory {found!r}"
+            )
+
+    def check_session(
+        self,
+        *,
+        fps: int,
+        cameras: Sequence[str],
+        height: int,
+        width: int,
+        state_names: Sequence[str],
+        action_names: Sequence[str],
+        codec: str | None,
+        crf: int | None,
+    ) -> None:
+        """Raise :class:`ResumeError` naming the first setting of the session that differs
+        from the directory's (the codec and CRF only when given)."""
+        self._compare("fps", float(fps), self.fps)
+        keys = sorted(camera_key(c) for c in cameras)
+        self._compare("cameras", keys, sorted(self.camera_keys))
+        for key in keys:
+            shape = self.info["features"][key].get("shape", [])[:2]
+            self._compare(
+                f"resolutions of camera {key!r} (height, width)", [height, width], shape
+            )
+        self._compare("state names", [str(n) for n in state_names], list(self.state_names))
+        self._compare("action names", [str(n) for n in action_names], list(self.action_names))
+        if codec is not None:
+            self._compare("video codecs", resolve_codec(codec), self.encoder)
+        if crf is not None:
+            self._compare("CRF settings", int(crf), self.crf)
+
+
 def remove_leftovers(root: str) -> list[str]:
-    """Delete ``*.part`` and hidden ``.*.tmp`` files under ``root``; returns what was removed."""
+    """Delete ``*.part`` and temporary (:func:`~numbatraj.io.atomic.is_temp_name`) files under
+    ``root``; returns what was removed."""
     gone = []
     for dirpath, _dirs, files in os.walk(root):
         for name in files:
-            if name.endswith(PART_SUFFIX) or (name.startswith(".") and name.endswith(".tmp")):
+            if name.endswith(PART_SUFFIX) or is_temp_name(name):
                 path = os.path.join(dirpath, name)
                 os.remove(path)
                 gone.append(path)
     return gone
 
 
-def _refuse(root: str, what: str) -> Exception:
-    from numbatraj.importers.lerobot_writer import ResumeError
-
+def _refuse(root: str, what: str) -> ResumeError:
     return ResumeError(f"cannot resume {root!r}: {what}")
 
 
@@ -72,8 +152,9 @@ def _read_sidecar(root: str) -> dict[str, Any]:
         )
     with open(path, encoding="utf-8") as fh:
         doc = json.load(fh)
-    if not isinstance(doc, dict) or doc.get("version") != SIDECAR_VERSION:
-        raise _refuse(root, f"{SIDECAR_PATH} has version {doc.get('version')!r}, expected 1")
+    version = doc.get("version") if isinstance(doc, dict) else None
+    if version != SIDECAR_VERSION:
+        raise _refuse(root, f"{SIDECAR_PATH} has version {version!r}, expected 1")
     if not doc.get("checkpoint"):
         raise _refuse(
             root,
@@ -81,13 +162,6 @@ def _read_sidecar(root: str) -> dict[str, Any]:
             "checkpointed directory can be continued",
         )
     return doc
-
-
-def _compare(root: str, what: str, expected: Any, found: Any) -> None:
-    if expected != found:
-        raise _refuse(
-            root, f"{what} differ: this session has {expected!r}, the directory {found!r}"
-        )
 
 
 def _episode_rows(root: str) -> list[dict[str, Any]]:
@@ -99,40 +173,30 @@ def _episode_rows(root: str) -> list[dict[str, Any]]:
     return rows
 
 
-def resume_writer(
-    cls: type[LeRobotWriter],
-    root: str | os.PathLike[str],
-    *,
-    fps: int,
-    state_names: Sequence[str],
-    action_names: Sequence[str],
-    cameras: Sequence[str],
-    height: int,
-    width: int,
-    codec: str | None = None,
-    video_mb: float | None = None,
-    data_mb: float | None = None,
-    robot_type: str | None = None,
-    crf: int | None = None,
-) -> LeRobotWriter:
-    """A :class:`LeRobotWriter` positioned after the last episode of ``root``.
+def _key(row: Mapping[str, Any], chunk: str, fileno: str) -> Key:
+    return int(row[chunk]), int(row[fileno])
 
-    The session's settings must match the directory: ``fps``, the cameras, each camera's
-    ``height`` x ``width``, the state and action names, and the codec and CRF (when given).
-    ``video_mb``, ``data_mb`` and ``robot_type`` default to the directory's.
+
+def read_resume_state(
+    root: str | os.PathLike[str], *, data_mb: float | None = None
+) -> _ResumeState:
+    """Where a writer continuing ``root`` starts.
+
+    ``data_mb`` is the session's file-size limit (default: the directory's); it decides
+    whether the last episode-table and data files take more episodes.
 
     Raises
     ------
     ResumeError
-        No dataset, no sidecar (not written with checkpoints), a sidecar written with
-        ``checkpoint=False`` or behind the episode table, or a setting that differs (the
-        message names it, with both values).
+        No dataset, an interrupted checkpoint that cannot be completed, no sidecar (not
+        written with checkpoints), a sidecar written with ``checkpoint=False`` or behind the
+        episode table.
     LeRobotFormatError, IntegrityError
         The directory does not read back as a complete dataset.
     """
     root = os.path.abspath(os.fspath(root))
     try:
-        completed = replay_journal(root)
+        completed = replay_journal(os.path.join(root, JOURNAL_PATH), root=root)
     except (OSError, ValueError) as exc:
         raise _refuse(root, f"its interrupted checkpoint cannot be completed: {exc}") from exc
     if not os.path.isfile(os.path.join(root, S.INFO_PATH)):
@@ -141,67 +205,61 @@ def resume_writer(
     removed = remove_leftovers(root)
     plan = load_plan(root)
     info = plan.info
-    _compare(root, "fps", float(fps), plan.fps)
-    keys = sorted(camera_key(c) for c in cameras)
-    _compare(root, "cameras", keys, sorted(plan.cameras))
-    for key in keys:
-        shape = info["features"][key].get("shape", [])[:2]
-        _compare(root, f"resolutions of camera {key!r} (height, width)", [height, width], shape)
-    _compare(root, "state names", [str(n) for n in state_names], list(plan.state_names))
-    _compare(root, "action names", [str(n) for n in action_names], list(plan.action_names))
-    encoder = str(side.get("encoder"))
-    if codec is not None:
-        _compare(root, "video codecs", resolve_codec(codec), encoder)
-    side_crf = (side.get("options") or {}).get("crf")
-    if crf is not None:
-        _compare(root, "CRF settings", int(crf), side_crf)
     rows = _episode_rows(root)
     n = len(plan.episodes)
-    stats = side.get("episodes", [])
-    if len(stats) < n:
+    side_stats = side.get("episodes", [])
+    if len(side_stats) < n:
         raise _refuse(
             root,
-            f"{SIDECAR_PATH} holds statistics for {len(stats)} episodes, the dataset has {n}",
+            f"{SIDECAR_PATH} holds statistics for {len(side_stats)} episodes, the dataset "
+            f"has {n}",
         )
-    writer = cls.__new__(cls)
-    writer._resuming = True  # type: ignore[attr-defined]
-    writer.__init__(  # type: ignore[misc]
-        root, fps, state_names, action_names, cameras, height, width,
-        checkpoint=True, codec=encoder,
-        video_mb=video_mb if video_mb is not None else info.get("video_files_size_in_mb", 100),
-        data_mb=data_mb if data_mb is not None else info.get("data_files_size_in_mb", 100),
-        robot_type=robot_type if robot_type is not None else info.get("robot_type"),
-        crf=side_crf,
+    limit = data_mb if data_mb is not None else info.get("data_files_size_in_mb", 100)
+    meta_key: Key = (0, 0)
+    meta_first = 0
+    data_key: Key = (0, 0)
+    data_tables: tuple[pa.Table, ...] = ()
+    video_keys: dict[str, Key] = {}
+    if rows:
+        last = rows[-1]
+        meta_key = _key(last, S.EP_META_CHUNK, S.EP_META_FILE)
+        if os.path.getsize(os.path.join(root, S.episodes_file(*meta_key))) >= limit * _MB:
+            meta_key, meta_first = next_key(meta_key), n
+        else:
+            meta_first = next(
+                i for i, r in enumerate(rows)
+                if _key(r, S.EP_META_CHUNK, S.EP_META_FILE) == meta_key
+            )
+        data_key = _key(last, S.EP_DATA_CHUNK, S.EP_DATA_FILE)
+        data_path = os.path.join(root, S.data_file(S.DEFAULT_DATA_PATH, *data_key))
+        if os.path.getsize(data_path) >= limit * _MB:
+            data_key = next_key(data_key)
+        else:
+            names = data_schema(plan.state_dim, plan.action_dim).names
+            data_tables = (read_parquet(data_path, names),)
+        for key in plan.cameras:
+            video_keys[key] = next_key(
+                _key(last, S.video_column(key, "chunk_index"), S.video_column(key, "file_index"))
+            )
+    return _ResumeState(
+        root=root,
+        tasks=tuple(plan.tasks[i] for i in sorted(plan.tasks)),
+        rows=tuple(rows),
+        stats=tuple(stats_from_json(s["stats"]) for s in side_stats[:n]),
+        frames=sum(ep.length for ep in plan.episodes),
+        meta_key=meta_key,
+        meta_first=meta_first,
+        data_key=data_key,
+        data_tables=data_tables,
+        video_keys=video_keys,
+        info=info,
+        fps=plan.fps,
+        camera_keys=plan.cameras,
+        state_names=plan.state_names,
+        action_names=plan.action_names,
+        encoder=str(side.get("encoder")),
+        crf=(side.get("options") or {}).get("crf"),
+        data_mb=limit,
+        removed=tuple(removed),
+        completed=tuple(completed),
     )
-    writer.tasks = [plan.tasks[i] for i in sorted(plan.tasks)]
-    writer._rows = rows
-    writer._stats = [stats_from_json(s["stats"]) for s in stats[:n]]
-    writer.total_frames = sum(ep.length for ep in plan.episodes)
-    writer.resumed_removed = removed  # type: ignore[attr-defined]
-    writer.resumed_completed = completed  # type: ignore[attr-defined]
-    if not rows:
-        return writer
-    last = rows[-1]
-    meta_key = (int(last[S.EP_META_CHUNK]), int(last[S.EP_META_FILE]))
-    meta_path = os.path.join(root, S.episodes_file(*meta_key))
-    if os.path.getsize(meta_path) >= writer.data_mb * _MB:
-        writer._meta_key, writer._meta_first = next_key(meta_key), n
-    else:
-        writer._meta_key = meta_key
-        writer._meta_first = next(
-            i for i, r in enumerate(rows)
-            if (int(r[S.EP_META_CHUNK]), int(r[S.EP_META_FILE])) == meta_key
-        )
-    data = writer._data
-    data_key = (int(last[S.EP_DATA_CHUNK]), int(last[S.EP_DATA_FILE]))
-    data_path = data.path(data_key)
-    if os.path.getsize(data_path) >= writer.data_mb * _MB:
-        data.file_key, data.tables = next_key(data_key), []
-    else:
-        table = read_parquet(data_path, data.schema.names)
-        data.file_key, data.tables = data_key, [table.cast(data.schema)]
-    for key, cam in zip(writer.camera_keys, writer._videos):
-        chunk = int(last[S.video_column(key, "chunk_index")])
-        fileno = int(last[S.video_column(key, "file_index")])
-        cam.file_key = next_key((chunk, fileno))
-    return writer

@@ -1,10 +1,13 @@
 """What a LeRobot v3.0 writer puts in ``meta/`` and ``data/``, and how it lands on disk.
 
-Every file goes through a :class:`Batch`: it is written under a hidden temporary name
-beside its destination (``.<name>.<pid>.tmp``), flushed, fsynced and renamed over the final
-name (several files back to back), so a reader (the importer, a push, LeRobot) never
-sees a half-written file, and a crash leaves either the old file or the new one.  Hidden
-names are skipped by the importer's globs and by the push.
+Every file goes through :mod:`numbatraj.io.atomic`: a checkpoint's files join one
+:class:`~numbatraj.io.atomic.FileBatch` (each written under its own temporary name beside
+its destination, ``<name>.<16 hex>.tmp``, fsynced, then renamed back to back with the
+renames journalled in :data:`JOURNAL_PATH`), a single file goes through
+:func:`~numbatraj.io.atomic.write_bytes`.  A reader (the importer, a push, LeRobot) never
+sees a half-written file, and a crash leaves either the old file or the new one.  The
+importer's globs (``file-*.parquet``) never match a temporary name, and the push skips
+them (:func:`~numbatraj.io.atomic.is_temp_name`).
 
 The layouts follow LeRobot's own writer (``huggingface/lerobot``, ``src/lerobot/datasets/``):
 
@@ -20,7 +23,6 @@ The layouts follow LeRobot's own writer (``huggingface/lerobot``, ``src/lerobot/
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -31,24 +33,21 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped]
 from numbatraj.lerobot import schema as S
 
 __all__ = [
-    "Batch",
     "CAMERA_PREFIX",
     "DEFAULT_CRF",
     "JOURNAL_PATH",
-    "canonical_codec",
-    "codec_options",
-    "encoder_options",
     "SIDECAR_PATH",
     "SIDECAR_VERSION",
-    "atomic_write_json",
-    "atomic_write_parquet",
     "camera_key",
+    "canonical_codec",
+    "codec_options",
     "data_schema",
+    "encoder_options",
     "episode_data_table",
     "episodes_table",
-    "fsync_dir",
-    "replay_journal",
-    "temp_name",
+    "json_bytes",
+    "json_fill",
+    "parquet_fill",
     "tasks_table",
     "video_feature_info",
 ]
@@ -59,11 +58,11 @@ DEFAULT_CRF = 30
 #: Per-episode statistics kept for :meth:`LeRobotWriter.resume`, written at every checkpoint.
 SIDECAR_PATH = "meta/numbatraj_writer_stats.json"
 SIDECAR_VERSION = 1
-#: Commit journal of a checkpoint: the renames still to do, written (atomically) after every
-#: temporary file is complete and before the first rename, deleted after the last one.
-#: :func:`replay_journal` finishes an interrupted checkpoint from it.
+#: Commit journal of a checkpoint (:meth:`~numbatraj.io.atomic.FileBatch.apply`): the renames
+#: still to do, written after every temporary file is complete and before the first rename,
+#: deleted after the last one.  :func:`~numbatraj.io.atomic.replay_journal` finishes an
+#: interrupted checkpoint from it.
 JOURNAL_PATH = "meta/.checkpoint.json"
-JOURNAL_VERSION = 1
 #: Feature-key prefix LeRobot's recorder gives cameras.
 CAMERA_PREFIX = "observation.images."
 
@@ -76,56 +75,26 @@ def camera_key(name: str) -> str:
     return name if name.startswith("observation.") else CAMERA_PREFIX + name
 
 
-def temp_name(path: str) -> str:
-    """The hidden temporary name a file is built under before its rename."""
-    head, tail = os.path.split(path)
-    return os.path.join(head, f".{tail}.{os.getpid()}.tmp")
+def json_bytes(doc: Any) -> bytes:
+    """``doc`` as LeRobot writes its JSON: indented, UTF-8, a final newline."""
+    return (json.dumps(doc, indent=4, ensure_ascii=False) + "\n").encode("utf-8")
 
 
-def fsync_dir(path: str) -> None:
-    """fsync a directory (its entries: renames, creations); errors are ignored."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _write_temp(path: str, fill: Callable[[str], None]) -> str:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = temp_name(path)
-    try:
-        fill(tmp)
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except BaseException:
-        try:
-            os.remove(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    return tmp
-
-
-def _json_fill(doc: Any) -> Callable[[str], None]:
-    text = json.dumps(doc, indent=4, ensure_ascii=False) + "\n"
+def json_fill(doc: Any) -> Callable[[str], None]:
+    """A :meth:`~numbatraj.io.atomic.FileBatch.add` filler writing ``doc`` as
+    :func:`json_bytes`."""
+    data = json_bytes(doc)
 
     def fill(tmp: str) -> None:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with open(tmp, "wb") as fh:
+            fh.write(data)
 
     return fill
 
 
-def _parquet_fill(path: str, tables: Sequence[pa.Table]) -> Callable[[str], None]:
+def parquet_fill(path: str, tables: Sequence[pa.Table]) -> Callable[[str], None]:
+    """A :meth:`~numbatraj.io.atomic.FileBatch.add` filler writing ``tables`` (one schema) as
+    one Snappy Parquet file, one row group each."""
     if not tables:
         raise ValueError(f"nothing to write to {path!r}")
 
@@ -137,139 +106,6 @@ def _parquet_fill(path: str, tables: Sequence[pa.Table]) -> Callable[[str], None
                 writer.write_table(t)
 
     return fill
-
-
-class Batch:
-    """Files written completely under temporary names, then renamed into place back to back
-    by :meth:`apply`, in the order they were added."""
-
-    def __init__(self) -> None:
-        self._pending: list[tuple[str, str]] = []
-
-    def add(self, path: str, fill: Callable[[str], None]) -> int:
-        """Write ``path``'s temporary file now; returns its size in bytes."""
-        tmp = _write_temp(path, fill)
-        self._pending.append((tmp, path))
-        return os.path.getsize(tmp)
-
-    def json(self, path: str, doc: Any) -> int:
-        """Add ``doc`` as indented UTF-8 JSON."""
-        return self.add(path, _json_fill(doc))
-
-    def parquet(self, path: str, tables: Sequence[pa.Table]) -> int:
-        """Add ``tables`` (one schema) as one Snappy Parquet file, one row group each."""
-        return self.add(path, _parquet_fill(path, tables))
-
-    def apply(self, journal_root: str | None = None) -> None:
-        """Rename every temporary file over its destination, then fsync the directories.
-
-        With ``journal_root`` (a dataset directory) and more than one file, the renames are
-        first recorded in ``<journal_root>/``:data:`JOURNAL_PATH`, which is deleted once they
-        are all durable: a crash between two renames leaves the journal, and
-        :func:`replay_journal` completes them.
-        """
-        journal = None
-        if journal_root is not None and len(self._pending) > 1:
-            journal = os.path.join(journal_root, JOURNAL_PATH)
-            doc = {
-                "version": JOURNAL_VERSION,
-                "renames": [
-                    [os.path.relpath(t, journal_root), os.path.relpath(p, journal_root)]
-                    for t, p in self._pending
-                ],
-            }
-            tmp = _write_temp(journal, _json_fill(doc))
-            os.replace(tmp, journal)
-            fsync_dir(os.path.dirname(journal))
-        dirs = []
-        for tmp, path in self._pending:
-            os.replace(tmp, path)
-            if os.path.dirname(path) not in dirs:
-                dirs.append(os.path.dirname(path))
-        self._pending.clear()
-        for d in dirs:
-            fsync_dir(d)
-        if journal is not None:
-            os.remove(journal)
-            fsync_dir(os.path.dirname(journal))
-
-    def discard(self) -> None:
-        """Delete the temporary files not yet renamed."""
-        for tmp, _ in self._pending:
-            try:
-                os.remove(tmp)
-            except FileNotFoundError:
-                pass
-        self._pending.clear()
-
-
-def _journal_path(root: str, rel: Any) -> str:
-    """``rel`` (from a journal) under ``root``; refuses anything that would leave it."""
-    if not isinstance(rel, str) or not rel or os.path.isabs(rel):
-        raise ValueError(f"{JOURNAL_PATH} names {rel!r}, not a path inside the dataset")
-    norm = os.path.normpath(rel)
-    if norm == ".." or norm.startswith(".." + os.sep):
-        raise ValueError(f"{JOURNAL_PATH} names {rel!r}, outside the dataset")
-    return os.path.join(root, norm)
-
-
-def replay_journal(root: str) -> list[str]:
-    """Finish the checkpoint a crash interrupted between its renames.
-
-    Reads ``<root>/``:data:`JOURNAL_PATH` (absent: nothing to do), renames every temporary
-    file it lists that is still there over its destination (the ones already renamed are
-    gone), fsyncs the directories and deletes the journal.  Returns the destinations renamed
-    now.  Raises ``ValueError`` for a journal that does not read back, or a rename whose
-    temporary file and destination are both missing.
-    """
-    journal = os.path.join(root, JOURNAL_PATH)
-    if not os.path.isfile(journal):
-        return []
-    with open(journal, encoding="utf-8") as fh:
-        doc = json.load(fh)
-    if not isinstance(doc, dict) or doc.get("version") != JOURNAL_VERSION:
-        raise ValueError(f"{JOURNAL_PATH} is not a version-{JOURNAL_VERSION} journal")
-    renames = doc.get("renames")
-    if not isinstance(renames, list) or not all(
-        isinstance(r, list) and len(r) == 2 for r in renames
-    ):
-        raise ValueError(f"{JOURNAL_PATH} has no list of renames")
-    pairs = [(_journal_path(root, t), _journal_path(root, p)) for t, p in renames]
-    for tmp, path in pairs:
-        name = os.path.basename(tmp)
-        if not (name.startswith(".") and name.endswith(".tmp")):
-            raise ValueError(f"{JOURNAL_PATH} renames {tmp!r}, not a temporary file")
-        if not os.path.exists(tmp) and not os.path.exists(path):
-            raise ValueError(
-                f"{JOURNAL_PATH}: neither {tmp!r} nor its destination {path!r} exists"
-            )
-    done, dirs = [], []
-    for tmp, path in pairs:
-        if os.path.exists(tmp):
-            os.replace(tmp, path)
-            done.append(path)
-        if os.path.dirname(path) not in dirs:
-            dirs.append(os.path.dirname(path))
-    for d in dirs:
-        fsync_dir(d)
-    os.remove(journal)
-    fsync_dir(os.path.dirname(journal))
-    return done
-
-
-def atomic_write_json(path: str, doc: Any) -> None:
-    """``doc`` as indented UTF-8 JSON at ``path``, atomically (temporary name, rename)."""
-    batch = Batch()
-    batch.json(path, doc)
-    batch.apply()
-
-
-def atomic_write_parquet(path: str, tables: Sequence[pa.Table]) -> int:
-    """``tables`` as one Parquet file at ``path``, atomically; returns its size."""
-    batch = Batch()
-    size = batch.parquet(path, tables)
-    batch.apply()
-    return size
 
 
 def video_feature_info(

@@ -1,13 +1,34 @@
-"""Push a LeRobot v3.0 directory to the Hugging Face Hub: :func:`push_lerobot_dataset`.
+"""LeRobot v3.0 and the Hugging Face Hub: find a dataset on disk or download it
+(:func:`resolve_dataset_root`), and push a recorded directory (:func:`push_lerobot_dataset`).
 
+Finding a dataset
+-----------------
+Places are tried in this order, so a dataset that a Python tool already pulled is reused:
+
+1. numbatraj's own cache, ``$NUMBATRAJ_CACHE/lerobot/<Org>__<name>`` (default cache
+   ``~/.cache/numbatraj``; ``<Org>__<name>@<revision>`` when a revision is asked for);
+2. LeRobot's home, ``$HF_LEROBOT_HOME/<Org>/<name>`` (default ``$HF_HOME/lerobot``), only when
+   no revision is asked for, since it records none;
+3. the huggingface_hub cache, ``$HF_HUB_CACHE`` or ``$HF_HOME/hub``:
+   ``datasets--<Org>--<name>/snapshots/<commit>/``, the commit found through
+   ``refs/<revision>`` (default ``main``) or given directly as a 40-hex revision;
+4. a download with huggingface_hub (the ``hub`` extra) into numbatraj's cache.  It goes to a
+   temporary directory beside the final one (:func:`numbatraj.io.atomic.temp_path`) put in
+   place by :func:`numbatraj.io.atomic.replace_dir` only when every file has arrived, so an
+   interrupted download never leaves a directory that looks complete.
+
+A place counts only when it holds ``meta/info.json``.
+
+Pushing a directory
+-------------------
 The push walks what is on disk rather than taking a list from the writer, so the two cannot
-disagree.  It skips hidden files and ``*.part`` files, and sends a file under ``videos/`` or
-``data/`` only when the episode table references it: the mp4 of an episode still being
-recorded is held back (with ``checkpoint=True`` it is still a ``.part`` file; a file of a
-``checkpoint=False`` writer that has not closed yet is not referenced).  Metadata and data
-files are read into memory first and ``meta/info.json`` is read again afterwards; if an
-episode ended in between, the pass is repeated, so the Hub never holds an ``info.json`` that
-counts a file it does not have.
+disagree.  It skips hidden files, temporary files (:func:`numbatraj.io.atomic.is_temp_name`)
+and ``*.part`` files, and sends a file under ``videos/`` or ``data/`` only when the episode
+table references it: the mp4 of an episode still being recorded is held back (with
+``checkpoint=True`` it is still a ``.part`` file; a file of a ``checkpoint=False`` writer that
+has not closed yet is not referenced).  Metadata and data files are read into memory first
+and ``meta/info.json`` is read again afterwards; if an episode ended in between, the pass is
+repeated, so the Hub never holds an ``info.json`` that counts a file it does not have.
 
 Everything goes in one commit through ``huggingface_hub`` (``hub`` extra).  The Hub compares
 each file with what it stores and ``huggingface_hub`` drops unchanged ones, so re-pushing after
@@ -25,16 +46,168 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
+import shutil
 from dataclasses import dataclass, field
 from typing import Any
 
-from numbatraj.errors import HubPushError
-from numbatraj.importers._lerobot_meta import LeRobotFormatError
+from numbatraj.errors import (
+    DatasetNotFoundError,
+    DownloadError,
+    HubPushError,
+    LeRobotFormatError,
+    NumbatrajError,
+)
+from numbatraj.io.atomic import discard, is_temp_name, replace_dir, temp_path
 from numbatraj.io.parquet import read_parquet
 from numbatraj.lerobot import schema as S
 
-__all__ = ["HubPushError", "PushResult", "collect_files", "dataset_card", "push_lerobot_dataset",
-           "resolve_token"]
+__all__ = [
+    "DatasetNotFoundError",
+    "HubPushError",
+    "PushResult",
+    "cache_dir",
+    "candidate_roots",
+    "collect_files",
+    "dataset_card",
+    "default_store_path",
+    "local_dataset_dir",
+    "push_lerobot_dataset",
+    "resolve_dataset_root",
+    "resolve_token",
+]
+
+_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_MARKER = os.path.join("meta", "info.json")
+
+
+def _check_repo(repo_id: str) -> tuple[str, str]:
+    if not isinstance(repo_id, str) or not _REPO.match(repo_id) or ".." in repo_id:
+        raise ValueError(f"repo_id {repo_id!r} is not of the form ORG/NAME")
+    org, name = repo_id.split("/")
+    return org, name
+
+
+def cache_dir() -> str:
+    """numbatraj's cache root: ``$NUMBATRAJ_CACHE`` or ``~/.cache/numbatraj``."""
+    return os.environ.get("NUMBATRAJ_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "numbatraj"
+    )
+
+
+def local_dataset_dir(repo_id: str, revision: str | None = None) -> str:
+    """Where numbatraj keeps (or downloads) ``repo_id``: ``<cache>/lerobot/<Org>__<name>``."""
+    org, name = _check_repo(repo_id)
+    leaf = f"{org}__{name}" + (f"@{revision}" if revision else "")
+    return os.path.join(cache_dir(), "lerobot", leaf.replace("/", "_"))
+
+
+def default_store_path(repo_id: str, height: int, width: int) -> str:
+    """Default import output: ``<cache>/stores/<Org>__<name>_<H>x<W>.h5``."""
+    org, name = _check_repo(repo_id)
+    return os.path.join(cache_dir(), "stores", f"{org}__{name}_{height}x{width}.h5")
+
+
+def _hf_home() -> str:
+    return os.environ.get("HF_HOME") or os.path.join(
+        os.path.expanduser("~"), ".cache", "huggingface"
+    )
+
+
+def _hub_snapshot(repo_id: str, revision: str | None) -> str | None:
+    hub = os.environ.get("HF_HUB_CACHE") or os.path.join(_hf_home(), "hub")
+    org, name = _check_repo(repo_id)
+    repo_dir = os.path.join(hub, f"datasets--{org}--{name}")
+    rev = revision or "main"
+    if _COMMIT.match(rev):
+        return os.path.join(repo_dir, "snapshots", rev)
+    ref = os.path.join(repo_dir, "refs", *rev.split("/"))
+    try:
+        with open(ref, encoding="utf-8") as fh:
+            commit = fh.read().strip()
+    except OSError:
+        return None
+    if not _COMMIT.match(commit):
+        return None
+    return os.path.join(repo_dir, "snapshots", commit)
+
+
+def candidate_roots(repo_id: str, revision: str | None = None) -> list[str]:
+    """The directories :func:`resolve_dataset_root` looks in, in order (some may not exist)."""
+    org, name = _check_repo(repo_id)
+    places = [local_dataset_dir(repo_id, revision)]
+    if revision is None:
+        lerobot_home = os.environ.get("HF_LEROBOT_HOME") or os.path.join(_hf_home(), "lerobot")
+        places.append(os.path.join(lerobot_home, org, name))
+    snap = _hub_snapshot(repo_id, revision)
+    if snap is not None:
+        places.append(snap)
+    return places
+
+
+def _download(repo_id: str, revision: str | None, dest: str) -> str:
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError as exc:  # pragma: no cover - the hub extra is installed in CI
+        raise DownloadError(
+            f"downloading {repo_id!r} needs huggingface_hub: pip install 'numbatraj[hub]'"
+        ) from exc
+    parent = os.path.dirname(dest)
+    os.makedirs(parent, exist_ok=True)
+    partial = temp_path(dest)  # <dest>.<16 hex>.tmp, a directory here
+    try:
+        snapshot_download(repo_id, repo_type="dataset", revision=revision, local_dir=partial)
+        if not os.path.isfile(os.path.join(partial, _MARKER)):
+            raise DownloadError(f"{repo_id!r} (revision {revision or 'main'}) has no {_MARKER}")
+        shutil.rmtree(os.path.join(partial, ".cache"), ignore_errors=True)
+        replace_dir(partial, dest)  # a leftover without meta/info.json is replaced
+    except BaseException as exc:
+        discard(partial)
+        if isinstance(exc, NumbatrajError) or not isinstance(exc, Exception):
+            raise
+        raise DownloadError(
+            f"downloading {repo_id!r} (revision {revision or 'main'}) failed: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    return dest
+
+
+def resolve_dataset_root(
+    repo_id: str, revision: str | None = None, allow_download: bool = True
+) -> str:
+    """The local directory of Hub dataset ``repo_id``; see the module docstring for the order.
+
+    Parameters
+    ----------
+    repo_id : str
+        ``ORG/NAME``.
+    revision : str, optional
+        Branch, tag or commit; ``None`` means the default branch.
+    allow_download : bool
+        When false, a dataset found nowhere raises instead of being fetched.
+
+    Raises
+    ------
+    DatasetNotFoundError
+        Not on disk and ``allow_download`` is false (the message lists the places tried).
+    DownloadError
+        The download failed; nothing is left under the cache's final name.
+    """
+    places = candidate_roots(repo_id, revision)
+    for place in places:
+        if os.path.isfile(os.path.join(place, _MARKER)):
+            return place
+    if not allow_download:
+        tried = "\n".join(f"  - {p}" for p in places)
+        raise DatasetNotFoundError(
+            f"dataset {repo_id!r} (revision {revision or 'default'}) is not on disk and "
+            f"downloading is off; looked for {_MARKER} in:\n{tried}"
+        )
+    return _download(repo_id, revision, places[0])
+
+
+# -- push ------------------------------------------------------------------------------
 
 _SNAPSHOT_TRIES = 5
 
@@ -110,7 +283,8 @@ def _referenced(root: str) -> tuple[set[str], dict[str, Any]]:
 def collect_files(root: str | os.PathLike[str]) -> tuple[list[str], list[str], dict[str, Any]]:
     """``(files to push, files held back, info.json)``, paths relative to ``root`` with ``/``.
 
-    Hidden files and directories and ``*.part`` files are skipped silently; files under
+    Hidden files and directories, temporary files (:func:`~numbatraj.io.atomic.is_temp_name`)
+    and ``*.part`` files are skipped silently; files under
     ``data/`` or ``videos/`` that the episode table does not reference are held back.
     """
     root = os.fspath(root)
@@ -123,7 +297,7 @@ def collect_files(root: str | os.PathLike[str]) -> tuple[list[str], list[str], d
     for dirpath, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         for name in sorted(files):
-            if name.startswith(".") or name.endswith(".part"):
+            if name.startswith(".") or name.endswith(".part") or is_temp_name(name):
                 continue
             rel = os.path.relpath(os.path.join(dirpath, name), root).replace(os.sep, "/")
             if rel.split("/", 1)[0] in ("data", "videos") and rel not in used:
@@ -214,8 +388,6 @@ def push_lerobot_dataset(
     """
     from huggingface_hub import CommitOperationAdd, HfApi
     from huggingface_hub.errors import HfHubHTTPError, RevisionNotFoundError
-
-    from numbatraj.importers.hub_cache import _check_repo
 
     root = os.path.abspath(os.fspath(root))
     _check_repo(repo_id)

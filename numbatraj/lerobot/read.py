@@ -1,9 +1,9 @@
 """LeRobot v3.0 -> trajectory store: :func:`import_lerobot_v3`.
 
-The import streams.  Metadata is read and checked first (:mod:`._lerobot_meta`), free disk
-space is checked against the estimated output, and only then does decoding start: one
-forward-only PyAV decoder per camera, advanced in lockstep with the episode loop, and one
-data file's numbers at a time (:mod:`._lerobot_stream`).  Rows reach the store writer in
+The import streams.  Metadata is read and checked first (:mod:`._plan`), free disk space is
+checked against the estimated output, and only then does decoding start: one forward-only
+PyAV decoder per camera, advanced in lockstep with the episode loop, and one data file's
+numbers at a time (:mod:`._stream`).  Rows reach the store writer in
 batches of a few MiB, so peak memory is about one decoded frame per camera plus one batch,
 whatever the dataset's length.
 
@@ -11,30 +11,30 @@ The store holds the columns ``qpos`` (float32, ``observation.state``), ``action`
 ``task_index`` (int32) and ``images`` (uint8 ``(n_cameras, 3, H, W)``, cameras sorted by
 name), plus the datasets ``norm_qpos_mean``, ``norm_qpos_std``, ``norm_action_mean`` and
 ``norm_action_std`` (float32; standard deviation floored at ``1e-2`` as ACT does), computed
-over the kept episodes.  Its manifest records the source, fps, cameras, the task table and
-the rejected episodes.
+over the kept episodes and handed to the store writer's ``close(datasets=...)``, so the
+store is published once, complete.  Its manifest records the source, fps, cameras, the task
+table and the rejected episodes.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import secrets
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import h5py
 import numpy as np
 
 from numbatraj.data.column import ColumnSpec
+from numbatraj.data.pipelined import PipelinedAppender
 from numbatraj.data.writer import TrajectoryStoreWriter
-from numbatraj.errors import EpisodeError, SchemaError
-from numbatraj.importers._lerobot_meta import DatasetPlan, LeRobotFormatError, load_plan
-from numbatraj.importers._lerobot_pipeline import PipelinedAppender
-from numbatraj.importers._lerobot_stream import CameraStreams, DataRows
+from numbatraj.errors import EpisodeError, LeRobotFormatError, SchemaError
+from numbatraj.io.atomic import SYNC_EVERY_BYTES
 from numbatraj.io.diskspace import require_free_space
+from numbatraj.lerobot._plan import DatasetPlan, load_plan
+from numbatraj.lerobot._stream import CameraStreams, DataRows
 
 __all__ = [
     "NORM_DATASETS",
@@ -42,6 +42,7 @@ __all__ = [
     "LeRobotFormatError",
     "estimate_store_bytes",
     "import_lerobot_v3",
+    "norm_stats",
     "store_columns",
 ]
 
@@ -140,42 +141,32 @@ def _write_rows(
         cams.close()
 
 
-def _mean_std(ds: h5py.Dataset) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and population standard deviation over rows, two passes in float64 slabs."""
-    n = ds.shape[0]
-    total = np.zeros(ds.shape[1:], np.float64)
+def _mean_std(writer: TrajectoryStoreWriter, column: str) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and population standard deviation over the rows written to ``column``, two
+    passes in float64 slabs."""
+    n = writer.n_rows
+    shape = writer.columns[column].shape
+    total = np.zeros(shape, np.float64)
     for lo in range(0, n, _STAT_SLAB_ROWS):
-        total += ds[lo : lo + _STAT_SLAB_ROWS].astype(np.float64).sum(axis=0)
+        slab = writer.read_range(column, lo, min(n, lo + _STAT_SLAB_ROWS))
+        total += slab.astype(np.float64).sum(axis=0)
     mean = total / n
     sq = np.zeros_like(mean)
     for lo in range(0, n, _STAT_SLAB_ROWS):
-        d = ds[lo : lo + _STAT_SLAB_ROWS].astype(np.float64) - mean
+        d = writer.read_range(column, lo, min(n, lo + _STAT_SLAB_ROWS)).astype(np.float64) - mean
         sq += (d * d).sum(axis=0)
     return mean, np.sqrt(sq / n)
 
 
-def _add_norm_stats(path: str) -> None:
-    with h5py.File(path, "r+") as f:
-        stats = {col: _mean_std(f[col]) for col in ("qpos", "action")}
-        for name, col, what in NORM_DATASETS:
-            mean, std = stats[col]
-            value = mean if what == "mean" else np.maximum(std, NORM_STD_FLOOR)
-            f.create_dataset(name, data=value.astype(np.float32))
-
-
-def _fsync(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _remove(path: str) -> None:
-    try:
-        os.remove(path)
-    except FileNotFoundError:
-        pass
+def norm_stats(writer: TrajectoryStoreWriter) -> dict[str, np.ndarray]:
+    """The :data:`NORM_DATASETS` over the rows ``writer`` holds (float32)."""
+    stats = {col: _mean_std(writer, col) for col in ("qpos", "action")}
+    out = {}
+    for name, col, what in NORM_DATASETS:
+        mean, std = stats[col]
+        value = mean if what == "mean" else np.maximum(std, NORM_STD_FLOOR)
+        out[name] = value.astype(np.float32)
+    return out
 
 
 def import_lerobot_v3(
@@ -185,8 +176,9 @@ def import_lerobot_v3(
     height: int = 240,
     width: int = 320,
     force: bool = False,
-    progress: bool = True,
+    show_progress: bool | None = None,
     source: str | None = None,
+    progress: bool | None = None,
 ) -> str:
     """Convert a LeRobot v3.0 dataset directory into a trajectory store.
 
@@ -194,19 +186,23 @@ def import_lerobot_v3(
     ----------
     root : path-like
         The dataset directory (holding ``meta/info.json``); see
-        :func:`~numbatraj.importers.hub_cache.resolve_dataset_root` for Hub datasets.
+        :func:`~numbatraj.lerobot.hub.resolve_dataset_root` for Hub datasets.
     out : path-like
         The ``.h5`` store to write.  It is built under a temporary name of its own
-        (``<out>.<random hex>.tmp``) and renamed when complete; a failed import leaves
-        nothing at ``out`` and removes only its own temporary file.
+        (``<out>.<16 hex>.tmp``, :func:`numbatraj.io.atomic.temp_path`) and published once,
+        complete with its normalisation datasets; a failed import leaves nothing at ``out``
+        and removes only its own temporary file.
     height, width : int
         Image size in the store; frames of another size are resized (Pillow BILINEAR).
     force : bool
         Rebuild even if ``out`` exists.  Without it an existing ``out`` is returned as is.
-    progress : bool
-        Show a progress bar (frames, frames/s, ETA) when stderr is a terminal.
+    show_progress : bool, optional
+        Show a progress bar (frames, frames/s, ETA); by default (and when true) shown only
+        when stderr is a terminal.
     source : str, optional
         What the manifest records as the source (default: the absolute ``root``).
+    progress : bool, optional
+        The former name of ``show_progress``, still accepted (not both).
 
     Returns
     -------
@@ -228,6 +224,12 @@ def import_lerobot_v3(
         Every episode is rejected.
     """
     out = os.fspath(out)
+    if progress is not None and show_progress is not None and progress != show_progress:
+        raise TypeError(
+            f"import_lerobot_v3() got show_progress={show_progress!r} and its alias "
+            f"progress={progress!r}; pass one"
+        )
+    shown = show_progress if show_progress is not None else progress
     if height < 1 or width < 1:
         raise SchemaError(f"height and width must be positive, got {height}x{width}")
     if os.path.exists(out) and not force:
@@ -238,29 +240,23 @@ def import_lerobot_v3(
             f"every episode of {plan.root!r} is listed in meta/rejected_episodes.json; "
             f"nothing to import"
         )
-    parent = os.path.dirname(os.path.abspath(out))
-    os.makedirs(parent, exist_ok=True)
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     require_free_space(out, estimate_store_bytes(plan, height, width), what=f"the store {out!r}")
-    # A name of its own (the store writer builds it at ``<tmp>.tmp``): two imports to the same
-    # ``out`` never share, or delete, each other's temporary file.
-    tmp = f"{out}.{secrets.token_hex(4)}.tmp"
+    # the writer builds the store under a temporary name of its own (two imports to the same
+    # ``out`` never share, or delete, each other's) and publishes it once, at close
     writer = TrajectoryStoreWriter(
-        tmp,
+        out,
         store_columns(plan, height, width),
         env_id=str(plan.info.get("robot_type") or "") or None,
         attrs=_attrs(plan, source or plan.root, height, width),
         overwrite=True,
+        sync_every_bytes=SYNC_EVERY_BYTES,
     )
     try:
-        with _progress(plan.n_kept_frames, progress, os.path.basename(out)) as bar:
+        with _progress(plan.n_kept_frames, shown is not False, os.path.basename(out)) as bar:
             _write_rows(plan, writer, height, width, bar)
-        writer.close()
-        _add_norm_stats(tmp)
-        _fsync(tmp)
-        os.replace(tmp, out)
-        _fsync(parent)
+        writer.close(datasets=norm_stats(writer))
     except BaseException:
         writer.abort()
-        _remove(tmp)
         raise
     return out

@@ -2,17 +2,17 @@
 
 The tree is the one LeRobot's recorder writes (``meta/info.json``, ``meta/stats.json``,
 ``meta/tasks.parquet``, ``meta/episodes/chunk-*/file-*.parquet``, ``data/chunk-*/file-*.parquet``,
-``videos/<camera>/chunk-*/file-*.mp4``), so LeRobot, :func:`~numbatraj.importers.lerobot.
+``videos/<camera>/chunk-*/file-*.mp4``), so LeRobot, :func:`~numbatraj.lerobot.read.
 import_lerobot_v3` and the Hub's viewer all read it.
 
 Frames go straight into one PyAV encoder per camera (:class:`~numbatraj.io.video_encode.
 VideoEncoder`); the only per-frame state kept is the episode's numbers (state and action rows)
 and a 256-bin histogram per camera for the image statistics.  An mp4 is built under
-``<name>.mp4.part`` and renamed when it is finished, so no reader ever sees a partial video.
+``<name>.mp4.part`` and published (:func:`numbatraj.io.atomic.publish`) when it is finished, so no reader ever sees a partial video.
 
 ``checkpoint=True`` (what recorders use): every episode gets its own mp4 per camera, and
-:meth:`LeRobotWriter.end_episode` rewrites the current data file and every metadata file, each
-atomically.  The directory is then a complete dataset after every episode; a crash loses at
+:meth:`LeRobotWriter.end_episode` rewrites the current data file and every metadata file as one journalled
+:class:`~numbatraj.io.atomic.FileBatch`.  The directory is then a complete dataset after every episode; a crash loses at
 most the episode being recorded, and :meth:`LeRobotWriter.resume` carries on.
 
 ``checkpoint=False``: episodes are appended to each camera's open mp4 and to an open Parquet
@@ -32,18 +32,26 @@ from typing import Any, Self
 
 import numpy as np
 
-from numbatraj.errors import EpisodeError, ResumeError, SchemaError
-from numbatraj.importers._lerobot_write_files import CameraFiles, DataFiles, next_key
-from numbatraj.importers._lerobot_write_guard import (
-    DatasetExistsError,
-    refuse_existing_dataset,
-    reject_episode,
+from numbatraj.errors import DatasetExistsError, EpisodeError, ResumeError, SchemaError
+from numbatraj.io.atomic import FileBatch
+from numbatraj.io.video_encode import resolve_codec
+from numbatraj.lerobot import schema as S
+from numbatraj.lerobot._files import CameraFiles, DataFiles, next_key
+from numbatraj.lerobot._guard import refuse_existing_dataset, reject_episode
+from numbatraj.lerobot._resume import _ResumeState, read_resume_state
+from numbatraj.lerobot._settings import WriterSettings
+from numbatraj.lerobot._stats import (
+    ImageStats,
+    aggregate_stats,
+    episode_stats,
+    flatten_episode_stats,
+    stats_to_json,
 )
-from numbatraj.importers._lerobot_write_meta import (
+from numbatraj.lerobot._tables import (
     DEFAULT_CRF,
+    JOURNAL_PATH,
     SIDECAR_PATH,
     SIDECAR_VERSION,
-    Batch,
     camera_key,
     canonical_codec,
     codec_options,
@@ -51,24 +59,18 @@ from numbatraj.importers._lerobot_write_meta import (
     encoder_options,
     episode_data_table,
     episodes_table,
+    json_fill,
+    parquet_fill,
     tasks_table,
     video_feature_info,
 )
-from numbatraj.importers._lerobot_write_stats import (
-    ImageStats,
-    aggregate_stats,
-    episode_stats,
-    flatten_episode_stats,
-    stats_to_json,
-)
-from numbatraj.io.video_encode import resolve_codec
-from numbatraj.lerobot import schema as S
 
 __all__ = [
     "DEFAULT_CRF",
     "DatasetExistsError",
     "LeRobotWriter",
     "ResumeError",
+    "WriterSettings",
     "codec_options",
     "refuse_existing_dataset",
     "reject_episode",
@@ -126,50 +128,64 @@ class LeRobotWriter:
         robot_type: str | None = None,
         crf: int | None = None,
     ) -> None:
-        self.root = os.path.abspath(os.fspath(root))
-        if isinstance(fps, bool) or int(fps) != fps or fps <= 0:
-            raise SchemaError(f"fps must be a positive whole number, got {fps!r}")
-        if height < 1 or width < 1:
-            raise SchemaError(f"height and width must be positive, got {height}x{width}")
-        for what, names in (("state_names", state_names), ("action_names", action_names)):
-            if len(names) == 0 or len(set(names)) != len(names):
-                raise SchemaError(f"{what} must be non-empty and unique, got {list(names)}")
-        if len(cameras) == 0 or len(set(cameras)) != len(cameras):
-            # At least one: numbatraj's importer stores an images column (no zero extent).
-            raise SchemaError(f"camera names must be non-empty and unique, got {list(cameras)}")
-        if not video_mb > 0 or not data_mb > 0:
-            raise SchemaError(f"video_mb and data_mb must be positive, got {video_mb}, {data_mb}")
-        self.fps = int(fps)
-        self.state_names = tuple(str(n) for n in state_names)
-        self.action_names = tuple(str(n) for n in action_names)
-        self.cameras = tuple(str(c) for c in cameras)
+        settings = WriterSettings(
+            root=os.fspath(root), fps=fps, state_names=tuple(state_names),
+            action_names=tuple(action_names), cameras=tuple(cameras), height=height,
+            width=width, checkpoint=checkpoint, codec=codec, video_mb=video_mb,
+            data_mb=data_mb, robot_type=robot_type, crf=crf,
+        )
+        refuse_existing_dataset(settings.root)
+        os.makedirs(os.path.join(settings.root, "meta"), exist_ok=True)
+        self._start(settings, _ResumeState(settings.root))
+
+    @classmethod
+    def _from_state(cls, settings: WriterSettings, state: _ResumeState) -> LeRobotWriter:
+        """A writer continuing the directory ``state`` was read from (see :meth:`resume`)."""
+        writer = cls.__new__(cls)  # the directory holds a dataset: skip __init__'s refusal
+        writer._start(settings, state)
+        return writer
+
+    def _start(self, settings: WriterSettings, state: _ResumeState) -> None:
+        """Set every attribute: the settings, and the position ``state`` records (an empty
+        one for a new directory)."""
+        self.settings = settings
+        self.root = settings.root
+        self.fps = settings.fps
+        self.state_names = settings.state_names
+        self.action_names = settings.action_names
+        self.cameras = settings.cameras
         self.camera_keys = tuple(camera_key(c) for c in self.cameras)
-        self.height, self.width = int(height), int(width)
-        self.checkpoint = bool(checkpoint)
-        self.encoder = resolve_codec(codec)
-        self.options = codec_options(self.encoder, crf)
-        self.video_mb, self.data_mb = video_mb, data_mb
-        self.robot_type = robot_type
+        self.height, self.width = settings.height, settings.width
+        self.checkpoint = settings.checkpoint
+        self.encoder = resolve_codec(settings.codec)
+        self.options = codec_options(self.encoder, settings.crf)
+        self.video_mb, self.data_mb = settings.video_mb, settings.data_mb
+        self.robot_type = settings.robot_type
         self._schema = data_schema(len(self.state_names), len(self.action_names))
-        self.tasks: list[str] = []
-        self._rows: list[dict[str, Any]] = []  # episode table rows
-        self._stats: list[dict[str, dict[str, np.ndarray]]] = []  # per-episode statistics
-        self.total_frames = 0
-        self._meta_key = (0, 0)
-        self._meta_first = 0  # first episode of the current episode-table file
-        self._data = DataFiles(self.root, self._schema, data_mb * _MB, self.checkpoint)
+        self.tasks: list[str] = list(state.tasks)
+        self._rows: list[dict[str, Any]] = list(state.rows)  # episode table rows
+        self._stats: list[dict[str, dict[str, np.ndarray]]] = list(state.stats)  # per episode
+        self.total_frames = state.frames
+        self._meta_key = state.meta_key
+        self._meta_first = state.meta_first  # first episode of the current episode-table file
+        self._data = DataFiles(
+            self.root, self._schema, self.data_mb * _MB, self.checkpoint,
+            file_key=state.data_key, tables=state.data_tables,
+        )
         self._videos = [
             CameraFiles(
                 self.root, key, self.encoder, encoder_options(self.encoder, self.options),
-                self.fps, self.width, self.height, video_mb * _MB, self.checkpoint,
+                self.fps, self.width, self.height, self.video_mb * _MB, self.checkpoint,
+                file_key=state.video_keys.get(key, (0, 0)),
             )
             for key in self.camera_keys
         ]
         self._episode: dict[str, Any] | None = None
         self._closed = False
-        if not getattr(self, "_resuming", False):
-            refuse_existing_dataset(self.root)
-            os.makedirs(os.path.join(self.root, "meta"), exist_ok=True)
+        #: Leftovers of a crash that :meth:`resume` deleted, and the renames of an
+        #: interrupted checkpoint it completed (both empty for a new directory).
+        self.resumed_removed: list[str] = list(state.removed)
+        self.resumed_completed: list[str] = list(state.completed)
 
     # -- episodes -------------------------------------------------------------------------
 
@@ -300,7 +316,7 @@ class LeRobotWriter:
             state, action, dict(zip(self.camera_keys, ep["images"])), fps=self.fps,
             episode_index=index, start=start, task_index=task_index,
         )
-        batch = Batch() if self.checkpoint else None
+        batch = FileBatch() if self.checkpoint else None
         try:
             data_key = self._data.add_episode(table, batch)
         except BaseException:
@@ -372,7 +388,7 @@ class LeRobotWriter:
     def _sidecar(self) -> dict[str, Any]:
         return {
             "version": SIDECAR_VERSION,
-            "writer": "numbatraj.importers.lerobot_writer",
+            "writer": "numbatraj.lerobot.write",
             "checkpoint": self.checkpoint,
             "encoder": self.encoder,
             "options": self.options,
@@ -381,29 +397,31 @@ class LeRobotWriter:
             ],
         }
 
-    def _write_metadata(self, batch: Batch) -> None:
+    def _write_metadata(self, batch: FileBatch) -> None:
         """Add every metadata file to ``batch`` and apply it: the files are complete before
         the first rename, ``info.json`` is renamed last, and the renames are journalled
-        (:data:`~numbatraj.importers._lerobot_write_meta.JOURNAL_PATH`) so that
-        :meth:`resume` completes a checkpoint a crash interrupted between two of them."""
+        (``meta/.checkpoint.json``) so that :meth:`resume` completes a checkpoint a crash
+        interrupted between two of them."""
         if not self._rows:
             batch.apply()
             return
         root = self.root
         try:
-            batch.parquet(os.path.join(root, S.TASKS_PATH), [tasks_table(self.tasks)])
+            tasks = os.path.join(root, S.TASKS_PATH)
+            batch.add(tasks, parquet_fill(tasks, [tasks_table(self.tasks)]))
             meta_rows = self._rows[self._meta_first :]
             path = os.path.join(root, S.episodes_file(*self._meta_key))
-            size = batch.parquet(path, [episodes_table(meta_rows)])
-            batch.json(
-                os.path.join(root, S.STATS_PATH), stats_to_json(aggregate_stats(self._stats))
+            size = batch.add(path, parquet_fill(path, [episodes_table(meta_rows)]))
+            batch.add(
+                os.path.join(root, S.STATS_PATH),
+                json_fill(stats_to_json(aggregate_stats(self._stats))),
             )
-            batch.json(os.path.join(root, SIDECAR_PATH), self._sidecar())
-            batch.json(os.path.join(root, S.INFO_PATH), self._info())
+            batch.add(os.path.join(root, SIDECAR_PATH), json_fill(self._sidecar()))
+            batch.add(os.path.join(root, S.INFO_PATH), json_fill(self._info()))
         except BaseException:
             batch.discard()
             raise
-        batch.apply(journal_root=root)
+        batch.apply(os.path.join(root, JOURNAL_PATH), root=root)
         if size >= self.data_mb * _MB:  # the next episode starts a new episode-table file
             self._meta_key = next_key(self._meta_key)
             self._meta_first = len(self._rows)
@@ -430,7 +448,7 @@ class LeRobotWriter:
             cam.close()
         self._data.close()
         if not self.checkpoint:
-            self._write_metadata(Batch())
+            self._write_metadata(FileBatch())
         self._closed = True
 
     def __enter__(self) -> Self:
@@ -483,13 +501,22 @@ class LeRobotWriter:
             A directory written without checkpoints, or a setting that differs (named, with
             the session's and the directory's values).
         """
-        from numbatraj.importers._lerobot_write_resume import resume_writer
-
-        return resume_writer(
-            cls, root, fps=fps, state_names=state_names, action_names=action_names,
-            cameras=cameras, height=height, width=width, codec=codec, video_mb=video_mb,
-            data_mb=data_mb, robot_type=robot_type, crf=crf,
+        state = read_resume_state(root, data_mb=data_mb)
+        state.check_session(
+            fps=fps, cameras=cameras, height=height, width=width, state_names=state_names,
+            action_names=action_names, codec=codec, crf=crf,
         )
+        info = state.info
+        settings = WriterSettings(
+            root=state.root, fps=fps, state_names=tuple(state_names),
+            action_names=tuple(action_names), cameras=tuple(cameras), height=height,
+            width=width, checkpoint=True, codec=state.encoder,
+            video_mb=video_mb if video_mb is not None else info.get("video_files_size_in_mb", 100),
+            data_mb=state.data_mb,
+            robot_type=robot_type if robot_type is not None else info.get("robot_type"),
+            crf=state.crf,
+        )
+        return cls._from_state(settings, state)
 
 
 def _number(x: float) -> int | float:

@@ -14,11 +14,11 @@ from collections import namedtuple
 import pytest
 
 from numbatraj.errors import DiskSpaceError, EpisodeError, IntegrityError
-from numbatraj.importers import _lerobot_meta, _lerobot_stream
-from numbatraj.importers.lerobot import LeRobotFormatError, import_lerobot_v3
+from numbatraj.lerobot import _plan, _stream
+from numbatraj.lerobot.read import LeRobotFormatError, import_lerobot_v3
 from numbatraj.io import diskspace
 from numbatraj.io.video import probe_video
-from tests.importers.lerobot_fixtures import CameraSpec, adversarial_spec, write_dataset
+from tests.lerobot.lerobot_fixtures import CameraSpec, adversarial_spec, write_dataset
 
 WRIST = "observation.images.wrist"
 FRONT = "observation.images.front"
@@ -27,7 +27,7 @@ FRONT = "observation.images.front"
 def _import_fails(tmp_path, root, exc_type, *needles):
     out = tmp_path / "out" / "store.h5"
     with pytest.raises(exc_type) as info:
-        import_lerobot_v3(root, out, height=24, width=32, progress=False)
+        import_lerobot_v3(root, out, height=24, width=32, show_progress=False)
     msg = str(info.value)
     for needle in needles:
         assert needle in msg, f"{needle!r} not in {msg!r}"
@@ -127,7 +127,7 @@ def test_video_shorter_or_gapped_found_while_decoding(tmp_path, monkeypatch, dro
     def no_count(path):
         return dataclasses.replace(probe_video(path), n_frames=0)
 
-    monkeypatch.setattr(_lerobot_meta, "probe_video", no_count)
+    monkeypatch.setattr(_plan, "probe_video", no_count)
     _import_fails(tmp_path, root, IntegrityError, WRIST, needle)
 
 
@@ -183,7 +183,7 @@ def test_not_enough_disk_checked_before_decoding(tmp_path, monkeypatch):
     def no_decoding(*a, **k):
         raise AssertionError("a decoder was opened before the disk space check")
 
-    monkeypatch.setattr(_lerobot_stream, "FrameCursor", no_decoding)
+    monkeypatch.setattr(_stream, "FrameCursor", no_decoding)
     msg = _import_fails(tmp_path, root, DiskSpaceError, "not enough free disk space", "store.h5")
     assert "KiB" in msg or "MiB" in msg
 

@@ -8,8 +8,9 @@ import os
 import pytest
 
 from numbatraj.errors import DownloadError
-from numbatraj.importers import hub_cache
-from numbatraj.importers.hub_cache import (
+from numbatraj.io.atomic import is_temp_name
+from numbatraj.lerobot import hub
+from numbatraj.lerobot.hub import (
     DatasetNotFoundError,
     default_store_path,
     local_dataset_dir,
@@ -112,7 +113,7 @@ def test_download_goes_through_a_partial_directory(homes, monkeypatch):
 
     def fake(repo_id, *, repo_type, revision, local_dir):
         seen.update(repo_id=repo_id, repo_type=repo_type, revision=revision, local_dir=local_dir)
-        assert ".partial-" in local_dir
+        assert is_temp_name(local_dir)
         _dataset(local_dir, "downloaded")
         os.makedirs(os.path.join(local_dir, ".cache", "huggingface"))
         return local_dir
@@ -159,4 +160,4 @@ def test_default_store_path(homes):
     assert default_store_path(REPO, 240, 320) == str(
         homes / "nt" / "stores" / "DenisLabs__record-test_240x320.h5"
     )
-    assert hub_cache.cache_dir() == str(homes / "nt")
+    assert hub.cache_dir() == str(homes / "nt")

@@ -24,8 +24,10 @@ from PIL import Image
 
 from numbatraj.data.store import TrajectoryStore
 from numbatraj.data.validate import validate_store
-from numbatraj.importers.lerobot import NORM_STD_FLOOR, import_lerobot_v3
-from tests.importers.lerobot_fixtures import (
+from numbatraj.io.atomic import is_temp_name
+from numbatraj.lerobot import read as lerobot_import
+from numbatraj.lerobot.read import NORM_STD_FLOOR, import_lerobot_v3
+from tests.lerobot.lerobot_fixtures import (
     PAD_EPISODE,
     CameraSpec,
     adversarial_spec,
@@ -34,6 +36,7 @@ from tests.importers.lerobot_fixtures import (
     read_code,
     write_dataset,
 )
+from tests.lerobot.test_lerobot_writer_support import record
 
 
 def _decode_all(path: str) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -162,8 +165,8 @@ def test_adversarial_av1_and_h264_matches_oracle(tmp_path):
     spec = adversarial_spec()
     root = write_dataset(tmp_path / "ds", spec)
     out = str(tmp_path / "store.h5")
-    assert import_lerobot_v3(root, out, height=24, width=32, progress=False) == out
-    assert not os.path.exists(out + ".tmp")
+    assert import_lerobot_v3(root, out, height=24, width=32, show_progress=False) == out
+    assert not [p for p in os.listdir(tmp_path) if is_temp_name(p)]  # no temporary left
     _check_against_oracle(root, out, 24, 32, _cam_ids(spec))
     with TrajectoryStore(out) as s:
         m = s.manifest
@@ -208,7 +211,7 @@ def test_all_h264_resized_rejected_episodes_float_sizes(tmp_path, text_col):
     )
     root = write_dataset(tmp_path / "ds", spec)
     out = str(tmp_path / "store.h5")
-    import_lerobot_v3(root, out, height=18, width=24, progress=False)
+    import_lerobot_v3(root, out, height=18, width=24, show_progress=False)
     _check_against_oracle(root, out, 18, 24, _cam_ids(spec))
     with TrajectoryStore(out) as s:
         assert s.n_episodes == 3 and s.n_rows == 6 + 8 + 4
@@ -220,9 +223,9 @@ def test_rejected_episodes_left_out_of_normalisation(tmp_path):
     spec = adversarial_spec(rejected=[3])
     root = write_dataset(tmp_path / "ds", spec)
     out_all, out_rej = str(tmp_path / "a.h5"), str(tmp_path / "r.h5")
-    import_lerobot_v3(root, out_rej, height=24, width=32, progress=False)
+    import_lerobot_v3(root, out_rej, height=24, width=32, show_progress=False)
     os.remove(os.path.join(root, "meta/rejected_episodes.json"))
-    import_lerobot_v3(root, out_all, height=24, width=32, progress=False)
+    import_lerobot_v3(root, out_all, height=24, width=32, show_progress=False)
     with h5py.File(out_all) as fa, h5py.File(out_rej) as fr:
         assert fr["qpos"].shape[0] == fa["qpos"].shape[0] - spec.lengths[3]
         assert not np.allclose(fa["norm_qpos_mean"][()], fr["norm_qpos_mean"][()])
@@ -237,7 +240,7 @@ def test_std_floor_applies_to_constant_joints(tmp_path):
     spec = adversarial_spec(state_dim=3)
     root = write_dataset(tmp_path / "ds", spec)
     out = str(tmp_path / "s.h5")
-    import_lerobot_v3(root, out, height=24, width=32, progress=False)
+    import_lerobot_v3(root, out, height=24, width=32, show_progress=False)
     with h5py.File(out) as f:
         assert np.all(f["norm_qpos_std"][()] >= NORM_STD_FLOOR)
         assert np.all(f["norm_action_std"][()] > NORM_STD_FLOOR)  # these joints move
@@ -247,9 +250,9 @@ def test_existing_output_reused_unless_force(tmp_path):
     root = write_dataset(tmp_path / "ds", adversarial_spec())
     out = tmp_path / "s.h5"
     out.write_bytes(b"not rebuilt")
-    import_lerobot_v3(root, out, height=24, width=32, progress=False)
+    import_lerobot_v3(root, out, height=24, width=32, show_progress=False)
     assert out.read_bytes() == b"not rebuilt"
-    import_lerobot_v3(root, out, height=24, width=32, progress=False, force=True)
+    import_lerobot_v3(root, out, height=24, width=32, show_progress=False, force=True)
     assert validate_store(str(out)).ok
 
 
@@ -257,7 +260,7 @@ def test_padding_frames_are_never_imported(tmp_path):
     spec = adversarial_spec()
     root = write_dataset(tmp_path / "ds", spec)
     out = str(tmp_path / "s.h5")
-    import_lerobot_v3(root, out, height=24, width=32, progress=False)
+    import_lerobot_v3(root, out, height=24, width=32, show_progress=False)
     with TrajectoryStore(out) as s:
         codes = {read_code(img[c])[1] for img in s.load_column("images") for c in range(2)}
     assert PAD_EPISODE not in codes and codes == set(range(7))
@@ -371,5 +374,30 @@ def test_progress_bar_on_a_terminal_only(tmp_path, monkeypatch):
     pipe = io.StringIO()
     monkeypatch.setattr(sys, "stderr", pipe)
     import_lerobot_v3(root, tmp_path / "b.h5", height=24, width=32)
-    import_lerobot_v3(root, tmp_path / "c.h5", height=24, width=32, progress=False)
+    import_lerobot_v3(root, tmp_path / "c.h5", height=24, width=32, show_progress=False)
     assert pipe.getvalue() == ""
+
+
+def test_failed_import_keeps_a_concurrent_imports_temp_file(tmp_path, monkeypatch):
+    rec = record(tmp_path / "ds", [3], codec="libx264")
+    out = str(tmp_path / "store.h5")
+    others = [out + ".tmp", out + ".tmp.tmp", out + ".0badf00d.tmp", out + ".0badf00d.tmp.tmp"]
+    for p in others:
+        with open(p, "wb") as fh:
+            fh.write(b"another import's bytes")
+
+    def boom(*a, **kw):
+        raise RuntimeError("decoder failed")
+
+    monkeypatch.setattr(lerobot_import, "_write_rows", boom)
+    with pytest.raises(RuntimeError, match="decoder failed"):
+        lerobot_import.import_lerobot_v3(rec.root, out, height=8, width=8, progress=False)
+    assert not os.path.exists(out)
+    assert sorted(os.listdir(tmp_path)) == sorted(["ds"] + [os.path.basename(p) for p in others])
+    for p in others:
+        with open(p, "rb") as fh:
+            assert fh.read() == b"another import's bytes"
+    monkeypatch.undo()
+    lerobot_import.import_lerobot_v3(rec.root, out, height=8, width=8, progress=False)
+    assert os.path.isfile(out)
+    assert np.all([os.path.exists(p) for p in others])

@@ -14,14 +14,14 @@ import sys
 
 import pytest
 
-from tests.importers.lerobot_fixtures import CameraSpec, DatasetSpec, write_dataset
+from tests.lerobot.lerobot_fixtures import CameraSpec, DatasetSpec, write_dataset
 
 _CHILD = r"""
 import json, resource, sys, tracemalloc
-from numbatraj.importers.lerobot import import_lerobot_v3
-import_lerobot_v3(sys.argv[1], sys.argv[2] + ".warm.h5", height=96, width=128, progress=False)
+from numbatraj.lerobot.read import import_lerobot_v3
+import_lerobot_v3(sys.argv[1], sys.argv[2] + ".warm.h5", height=96, width=128, show_progress=False)
 tracemalloc.start()
-import_lerobot_v3(sys.argv[1], sys.argv[2], height=96, width=128, progress=False)
+import_lerobot_v3(sys.argv[1], sys.argv[2], height=96, width=128, show_progress=False)
 peak = tracemalloc.get_traced_memory()[1]
 print(json.dumps({"rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "traced": peak}))
 """

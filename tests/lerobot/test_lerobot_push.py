@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from numbatraj.importers._cli_lerobot_write import register
-from numbatraj.importers._lerobot_meta import LeRobotFormatError
-from numbatraj.importers.lerobot_push import HubPushError, collect_files, push_lerobot_dataset
-from numbatraj.importers.lerobot_writer import LeRobotWriter
+from numbatraj.lerobot._plan import LeRobotFormatError
+from numbatraj.lerobot.hub import HubPushError, collect_files, push_lerobot_dataset
+from numbatraj.lerobot.write import LeRobotWriter
 from tests.hubstub import HubStub, StubRepo
-from tests.importers.test_lerobot_writer_support import (
+from tests.lerobot.test_lerobot_writer_support import (
     Recorded,
     add_episodes,
     frame_of,

@@ -1,4 +1,5 @@
-"""LeRobotWriter read back by the importer, the on-disk schema, and the writer's refusals."""
+"""LeRobotWriter read back by the importer, the on-disk schema, the writer's refusals, and
+the order in which its files become durable (videos before the metadata naming them)."""
 
 from __future__ import annotations
 
@@ -14,13 +15,16 @@ import pyarrow.parquet as pq
 import pytest
 
 from numbatraj.errors import EpisodeError, SchemaError
-from numbatraj.importers.lerobot_writer import DatasetExistsError, LeRobotWriter
+from numbatraj.io.atomic import is_temp_name
 from numbatraj.io.video import probe_video
 from numbatraj.io.video_encode import UnsupportedCodecError, available_encoders
 from numbatraj.lerobot import schema as S
-from tests.importers.test_lerobot_writer_support import (
+from numbatraj.lerobot.write import DatasetExistsError, LeRobotWriter
+from tests.lerobot.test_lerobot_writer_support import (
     ACTION_NAMES,
     CAMERAS,
+    Recorded,
+    add_episodes,
     STATE_NAMES,
     H,
     W,
@@ -53,6 +57,7 @@ def test_round_trip(tmp_path, codec, checkpoint):
     assert len(videos) == per_cam * len(CAMERAS)
     assert probe_video(videos[0]).codec in (("h264",) if codec == "libx264" else ("libdav1d", "av1"))
     assert not _files(rec.root, "**/*.part") and not glob.glob(rec.root + "/**/.*", recursive=True)
+    assert not [f for _, _, fs in os.walk(rec.root) for f in fs if is_temp_name(f)]
 
 
 @pytest.mark.parametrize("checkpoint", [True, False], ids=["checkpoint", "streaming"])
@@ -212,10 +217,10 @@ def test_default_quality_keeps_every_frame_in_place(tmp_path, codec):
     rec = record(tmp_path / "ds", [6, 10], codec=codec, crf=None, texture=True)
     import h5py
 
-    from numbatraj.importers.lerobot import import_lerobot_v3
+    from numbatraj.lerobot.read import import_lerobot_v3
 
     out = str(tmp_path / "out.h5")
-    import_lerobot_v3(rec.root, out, height=H, width=W, progress=False)
+    import_lerobot_v3(rec.root, out, height=H, width=W, show_progress=False)
     with h5py.File(out, "r") as f:
         images = f["images"][:]
     row = 0
@@ -228,3 +233,41 @@ def test_default_quality_keeps_every_frame_in_place(tmp_path, codec):
                 smooth = np.abs(got - src)[: H // 2].mean()
                 assert int(np.argmin(errs)) == j and smooth < 12, (e, j, cam, errs[j], smooth)
             row += 1
+
+
+def _fd_path(fd: int) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return "?"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc/self/fd")
+def test_video_is_durable_before_the_metadata_naming_it(tmp_path, monkeypatch):
+    root = str(tmp_path / "ds")
+    rec = Recorded(root, [], [])
+    w = LeRobotWriter(root, **writer_args(codec="libx264"))
+    events: list[tuple[str, str]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        events.append(("fsync", _fd_path(fd)))
+        return real_fsync(fd)
+
+    def replace(src, dst, *a, **kw):
+        events.append(("replace", os.path.abspath(os.fspath(dst))))
+        return real_replace(src, dst, *a, **kw)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    add_episodes(w, rec, [4], ["pick the cube"])
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    monkeypatch.setattr(os, "replace", real_replace)
+    w.close()
+    info = events.index(("replace", os.path.join(root, S.INFO_PATH)))
+    for key in w.camera_keys:
+        mp4 = os.path.join(root, S.video_file(S.DEFAULT_VIDEO_PATH, key, 0, 0))
+        synced = events.index(("fsync", mp4 + ".part"))
+        renamed = events.index(("replace", mp4))
+        dir_synced = events.index(("fsync", os.path.dirname(mp4)), renamed)
+        assert synced < renamed < dir_synced < info, (synced, renamed, dir_synced, info)

@@ -1,5 +1,7 @@
 """Checkpoints: a writer killed mid-episode leaves an importable dataset that resume carries
-on; every refusal of resume, refuse_existing_dataset and reject_episode, with its message."""
+on; a checkpoint interrupted between its renames is completed by resume (for every crash
+point); every refusal of resume, refuse_existing_dataset and reject_episode, with its
+message."""
 
 from __future__ import annotations
 
@@ -15,15 +17,17 @@ import numpy as np
 import pytest
 
 from numbatraj.errors import EpisodeError
-from numbatraj.importers.lerobot_writer import (
+from numbatraj.io.atomic import is_temp_name
+from numbatraj.lerobot import schema as S
+from numbatraj.lerobot._tables import JOURNAL_PATH
+from numbatraj.lerobot.write import (
     DatasetExistsError,
     LeRobotWriter,
     ResumeError,
     refuse_existing_dataset,
     reject_episode,
 )
-from numbatraj.lerobot import schema as S
-from tests.importers.test_lerobot_writer_support import (
+from tests.lerobot.test_lerobot_writer_support import (
     Recorded,
     add_episodes,
     import_and_check,
@@ -31,13 +35,14 @@ from tests.importers.test_lerobot_writer_support import (
     writer_args,
 )
 
+ARGS = writer_args(codec="libx264")
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 KILLED_RECORDER = """
 import os, signal, sys
 import numpy as np
-from tests.importers.test_lerobot_writer_support import *
-from numbatraj.importers.lerobot_writer import LeRobotWriter
+from tests.lerobot.test_lerobot_writer_support import *
+from numbatraj.lerobot.write import LeRobotWriter
 rec = Recorded(sys.argv[1], [], [])
 w = LeRobotWriter(sys.argv[1], **writer_args(codec="libx264"))
 add_episodes(w, rec, [6, 11], ["pick the cube", "place it"])
@@ -51,7 +56,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 
 def _expected(root: str, lengths: list[int], tasks: list[str]) -> Recorded:
     """What the killed recorder's finished episodes hold (recomputed from the same inputs)."""
-    from tests.importers.test_lerobot_writer_support import CAMERAS, action_of, frame_of, state_of
+    from tests.lerobot.test_lerobot_writer_support import CAMERAS, action_of, frame_of, state_of
 
     rec = Recorded(root, list(lengths), list(tasks))
     for e, n in enumerate(lengths):
@@ -166,6 +171,7 @@ def test_reject_episode_now_and_importer_skips(small, tmp_path):
     doc = json.load(open(os.path.join(root, S.REJECTED_PATH)))
     assert doc == {"rejected_episodes": [1, 3], "note": "gripper slipped; camera blocked"}
     assert not glob.glob(os.path.join(root, "meta/.*"))  # no temporary left behind
+    assert not [f for f in os.listdir(os.path.join(root, "meta")) if is_temp_name(f)]
     with pytest.raises(EpisodeError, match=r"cannot reject episode 4 of .*: it has episodes 0..3"):
         reject_episode(root, 4)
     with pytest.raises(EpisodeError, match=r"cannot reject episode -1"):
@@ -186,3 +192,146 @@ def test_refuse_existing_dataset(small, tmp_path):
     with pytest.raises(DatasetExistsError):
         LeRobotWriter(only_rejections, **writer_args())
     refuse_existing_dataset(tmp_path / "fresh")  # nothing there: fine
+
+
+# -- a checkpoint interrupted between its renames ----------------------------------------
+
+
+class Crash(Exception):
+    """The simulated power cut."""
+
+
+def _checkpoint_replaces(tmp_path) -> list[str]:
+    """Destinations of every ``os.replace`` one checkpoint (``end_episode``) makes."""
+    root = str(tmp_path / "probe")
+    rec = Recorded(root, [], [])
+    w = LeRobotWriter(root, **ARGS)  # type: ignore[arg-type]
+    add_episodes(w, rec, [3], ["pick the cube"])
+    seen: list[str] = []
+    real = os.replace
+
+    def spy(src, dst, *a, **kw):
+        seen.append(os.fspath(dst))
+        return real(src, dst, *a, **kw)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "replace", spy)
+        add_episodes(w, rec, [4], ["place it"], first_episode=1)
+    w.close()
+    return seen
+
+
+def _crash_in_third_episode(root, monkeypatch, fail_at: int | None, fail_remove: bool):
+    """Record two episodes, then crash the checkpoint of the third at ``os.replace`` call
+    ``fail_at`` (or at the journal's deletion)."""
+    rec = Recorded(root, [], [])
+    w = LeRobotWriter(root, **ARGS)  # type: ignore[arg-type]
+    add_episodes(w, rec, [5, 7], ["pick the cube", "place it"])
+    calls = [0]
+    real_replace, real_remove = os.replace, os.remove
+
+    def replace(src, dst, *a, **kw):
+        calls[0] += 1
+        if fail_at is not None and calls[0] > fail_at:
+            raise Crash(dst)
+        return real_replace(src, dst, *a, **kw)
+
+    def remove(path, *a, **kw):
+        if fail_remove and os.fspath(path).endswith(os.path.basename(JOURNAL_PATH)):
+            raise Crash(path)
+        return real_remove(path, *a, **kw)
+
+    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(os, "remove", remove)
+    with pytest.raises(Crash):
+        add_episodes(w, rec, [6], ["pick the cube"], first_episode=2)
+    monkeypatch.setattr(os, "replace", real_replace)
+    monkeypatch.setattr(os, "remove", real_remove)
+    for cam in w._videos:  # the process is gone: its open encoders with it
+        if cam._enc is not None:
+            cam._enc.abort()
+            cam._enc = None
+    return rec
+
+
+class _Inputs:
+    """Stands in for a writer so that :func:`add_episodes` yields an episode's inputs."""
+
+    def __init__(self, rec: Recorded) -> None:
+        self.cameras = tuple(ARGS["cameras"])  # type: ignore[call-overload]
+        self._n = 2
+
+    def begin_episode(self, task: str) -> int:
+        return self._n
+
+    def add_frame(self, *a: object) -> None:
+        pass
+
+    def end_episode(self) -> int:
+        return self._n
+
+
+def _extend(rec: Recorded, more: Recorded) -> None:
+    rec.lengths += more.lengths
+    rec.tasks += more.tasks
+    rec.state += more.state
+    rec.action += more.action
+    for c, frames in more.frames.items():
+        rec.frames[c] += frames
+
+
+def test_crash_between_checkpoint_renames_resumes(tmp_path, monkeypatch):
+    dests = _checkpoint_replaces(tmp_path)
+    journal_call = next(
+        i for i, d in enumerate(dests) if d.endswith(os.path.basename(JOURNAL_PATH))
+    )
+    assert dests[-1].endswith(S.INFO_PATH.split("/")[-1])  # info.json last
+    assert journal_call < len(dests) - 1
+    # fail at every replace (k = replaces that succeed), and once at the journal's deletion
+    cases = [(k, False) for k in range(len(dests))] + [(None, True)]
+    for k, fail_remove in cases:
+        root = str(tmp_path / f"ds{k}")
+        rec = _crash_in_third_episode(root, monkeypatch, k, fail_remove)
+        kept = fail_remove or k > journal_call  # the journal was in place: rolls forward
+        w = LeRobotWriter.resume(root, **ARGS)  # type: ignore[arg-type]
+        assert not os.path.exists(os.path.join(root, JOURNAL_PATH))
+        assert w.n_episodes == (3 if kept else 2), (k, fail_remove)
+        if k is not None and k > journal_call:
+            assert w.resumed_completed, k
+        if kept:  # add_episodes records an episode only once end_episode returns
+            crashed = Recorded(root, [], [])
+            probe = _Inputs(crashed)
+            add_episodes(probe, crashed, [6], ["pick the cube"], first_episode=2)
+            _extend(rec, crashed)
+        first = w.n_episodes
+        add_episodes(w, rec, [4, 8], ["place it", "stack"], first_episode=first)
+        w.close()
+        with open(os.path.join(root, S.INFO_PATH)) as fh:
+            assert json.load(fh)["total_episodes"] == first + 2
+        import_and_check(rec, str(tmp_path / f"out{k}.h5"))
+        left = [
+            os.path.join(d, f)
+            for d, _, fs in os.walk(root)
+            for f in fs
+            if is_temp_name(f) or f.endswith((".tmp", ".part"))
+            or f == os.path.basename(JOURNAL_PATH)
+        ]
+        assert left == [], (k, left)
+
+
+def test_resume_refuses_a_journal_naming_nothing(tmp_path):
+    rec = record(tmp_path / "ds", [3], codec="libx264")
+    journal = os.path.join(rec.root, JOURNAL_PATH)
+    with open(journal, "w") as fh:
+        gone = "meta/gone.json.0123456789abcdef.tmp"  # a temporary name, and nothing there
+        json.dump({"version": 1, "renames": [[gone, "meta/gone.json"]]}, fh)
+    with pytest.raises(ResumeError, match="neither"):
+        LeRobotWriter.resume(rec.root, **ARGS)  # type: ignore[arg-type]
+    with open(journal, "w") as fh:
+        json.dump({"version": 1, "renames": [["../x.0123456789abcdef.tmp", "meta/info.json"]]}, fh)
+    with pytest.raises(ResumeError, match="outside"):
+        LeRobotWriter.resume(rec.root, **ARGS)  # type: ignore[arg-type]
+    with open(journal, "w") as fh:  # the journal only ever renames temporary files
+        json.dump({"version": 1, "renames": [["meta/info.json", "meta/tasks.parquet"]]}, fh)
+    with pytest.raises(ResumeError, match="not a temporary file"):
+        LeRobotWriter.resume(rec.root, **ARGS)  # type: ignore[arg-type]

@@ -11,12 +11,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from numbatraj.importers._lerobot_write_stats import (
+from numbatraj.lerobot._stats import (
     ImageStats,
     aggregate_feature_stats,
     vector_stats,
 )
-from tests.importers.test_lerobot_writer_support import CAMERAS, record
+from tests.lerobot.test_lerobot_writer_support import CAMERAS, record
 
 Q = (0.01, 0.10, 0.50, 0.90, 0.99)
 QK = ("q01", "q10", "q50", "q90", "q99")

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 import h5py
 import numpy as np
 
-from numbatraj.importers.lerobot import import_lerobot_v3
-from numbatraj.importers.lerobot_writer import LeRobotWriter
-from tests.importers.lerobot_fixtures import frame_code, read_code
+from numbatraj.lerobot.read import import_lerobot_v3
+from numbatraj.lerobot.write import LeRobotWriter
+from tests.lerobot.lerobot_fixtures import frame_code, read_code
 
 H, W = 24, 32
 CAMERAS = ("wrist", "front")  # listed unsorted on purpose: the store sorts by feature key
@@ -116,7 +116,7 @@ def import_and_check(
     """Import ``rec.root`` and compare it with what was recorded (episodes in ``skip`` are
     expected to be left out).  Numbers must be exact; every frame must read back its own
     camera/episode/frame code, and the mean pixel error stay under ``max_mean_err``."""
-    import_lerobot_v3(rec.root, out, height=H, width=W, progress=False, force=True)
+    import_lerobot_v3(rec.root, out, height=H, width=W, show_progress=False, force=True)
     kept = [e for e in range(len(rec.lengths)) if e not in skip]
     with h5py.File(out, "r") as f:
         got = {k: f[k][:] for k in ("qpos", "action", "task_index", "images", "ep_len")}

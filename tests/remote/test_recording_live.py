@@ -21,11 +21,11 @@ import pytest
 
 pytest.importorskip("av")
 
-from numbatraj.importers.lerobot import import_lerobot_v3  # noqa: E402
+from numbatraj.lerobot.read import import_lerobot_v3  # noqa: E402
 from numbatraj.io.video_encode import available_encoders  # noqa: E402
 from numbatraj.remote import ENV_KEY, ENV_URL  # noqa: E402
 from numbatraj.remote.recording import RecordingSync  # noqa: E402
-from tests.importers.test_lerobot_writer_support import H, W, action_of, state_of  # noqa: E402
+from tests.lerobot.test_lerobot_writer_support import H, W, action_of, state_of  # noqa: E402
 from tests.remote.conftest import Catalog  # noqa: E402
 
 REPO = str(Path(__file__).resolve().parents[2])
@@ -34,8 +34,8 @@ LENGTHS = [12, 7, 15, 9, 11, 8]
 WRITER = textwrap.dedent("""
     import json, sys, time
     sys.path.insert(0, {repo!r})
-    from numbatraj.importers.lerobot_writer import LeRobotWriter
-    from tests.importers.test_lerobot_writer_support import (
+    from numbatraj.lerobot.write import LeRobotWriter
+    from tests.lerobot.test_lerobot_writer_support import (
         action_of, frame_of, state_of, writer_args)
     root, lengths = sys.argv[1], json.loads(sys.argv[2])
     with LeRobotWriter(root, **writer_args(checkpoint=True, codec="libx264")) as w:
@@ -75,7 +75,7 @@ def test_sync_while_recording_always_imports(tmp_path: Path, catalog: Catalog) -
                 out = tmp_path / f"pull-{cycle}"
                 reader.pull(out)  # a fresh directory every cycle
                 h5 = tmp_path / f"pull-{cycle}.h5"
-                import_lerobot_v3(out, h5, height=H, width=W, progress=False)
+                import_lerobot_v3(out, h5, height=H, width=W, show_progress=False)
                 with h5py.File(h5, "r") as f:
                     ep_len = f["ep_len"][:]
                     qpos, action = f["qpos"][:], f["action"][:]
