@@ -48,7 +48,7 @@ def inspect_layout(f: h5py.File, where: str) -> tuple[StoreLayout, list[str]]:
         raise NotAStoreError(
             f"{where} has no episode index (no 'ep_len' or 'ep_offset' dataset; top level holds "
             f"{top}), so it is not a trajectory store. Convert it with an importer "
-            f"(see `numbatraj import --help` and docs/importers.md)"
+            f"(numbatraj.importers, numbatraj.lerobot; see docs/importers.md)"
         )
     problems: list[str] = []
     foreign = "__manifest__" not in f

@@ -48,8 +48,8 @@ def register(subparsers: Any) -> None:
         "push",
         help="upload a dataset directory to a Hub dataset repo",
         description=(
-            "Upload what is on disk (hidden, temporary and .part files skipped, videos of an episode "
-            "still being recorded held back) in one commit; unchanged files are not sent "
+            "Upload what is on disk (hidden, temporary and .part files skipped, videos of an "
+            "episode still being recorded held back) in one commit; unchanged files are not sent "
             "again.  Token: HF_TOKEN, then a .env file, then the hf CLI's login."
         ),
     )

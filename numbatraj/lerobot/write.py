@@ -8,11 +8,13 @@ import_lerobot_v3` and the Hub's viewer all read it.
 Frames go straight into one PyAV encoder per camera (:class:`~numbatraj.io.video_encode.
 VideoEncoder`); the only per-frame state kept is the episode's numbers (state and action rows)
 and a 256-bin histogram per camera for the image statistics.  An mp4 is built under
-``<name>.mp4.part`` and published (:func:`numbatraj.io.atomic.publish`) when it is finished, so no reader ever sees a partial video.
+``<name>.mp4.part`` and published (:func:`numbatraj.io.atomic.publish`) when it is finished,
+so no reader ever sees a partial video.
 
 ``checkpoint=True`` (what recorders use): every episode gets its own mp4 per camera, and
-:meth:`LeRobotWriter.end_episode` rewrites the current data file and every metadata file as one journalled
-:class:`~numbatraj.io.atomic.FileBatch`.  The directory is then a complete dataset after every episode; a crash loses at
+:meth:`LeRobotWriter.end_episode` rewrites the current data file and every metadata file as
+one journalled :class:`~numbatraj.io.atomic.FileBatch`.  The directory is then a complete
+dataset after every episode; a crash loses at
 most the episode being recorded, and :meth:`LeRobotWriter.resume` carries on.
 
 ``checkpoint=False``: episodes are appended to each camera's open mp4 and to an open Parquet

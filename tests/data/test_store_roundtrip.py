@@ -180,3 +180,119 @@ def test_single_row_episodes(tmp_path, rng, shape):
     with TrajectoryStore(path) as s:
         np.testing.assert_array_equal(s.load_column("x"), expected["x"])
         np.testing.assert_array_equal(s.episode(-1)["x"], expected["x"][2:3])
+
+
+def _one_episode_writer(path, **kw) -> TrajectoryStoreWriter:
+    w = TrajectoryStoreWriter(path, [ColumnSpec("q", np.float32, (3,))], **kw)
+    w.append("q", np.arange(12, dtype=np.float32).reshape(4, 3))
+    w.end_episode()
+    return w
+
+
+def test_close_writes_extra_datasets_before_publishing(tmp_path, monkeypatch):
+    import os
+
+    path = str(tmp_path / "s.h5")
+    w = _one_episode_writer(path)
+    np.testing.assert_array_equal(w.read_range("q", 1, 3), [[3, 4, 5], [6, 7, 8]])
+    extra = {
+        "norm_q_mean": np.array([4.5, 5.5, 6.5], np.float32),
+        "scale": np.float64(2.0),
+        "mask": np.array([[True, False]]),
+    }
+    published = []
+    real_link = os.link  # overwrite=False publishes by a hard link
+
+    def link(src, dst, *a, **kw):
+        with h5py.File(src, "r") as f:  # complete under its temporary name already
+            published.append((os.fspath(dst), sorted(f)))
+        return real_link(src, dst, *a, **kw)
+
+    monkeypatch.setattr(os, "link", link)
+    w.close(datasets=extra)
+    monkeypatch.undo()
+    assert published == [(path, sorted(["q", "ep_len", "ep_offset", "__manifest__", *extra]))]
+    with h5py.File(path, "r") as f:
+        for name, value in extra.items():
+            assert f[name].dtype == np.asarray(value).dtype
+            np.testing.assert_array_equal(f[name][()], value)
+    with TrajectoryStore(path) as s:  # extra datasets are not columns
+        assert list(s.columns) == ["q"] and s.n_rows == 4
+    assert validate_store(path).ok
+
+
+@pytest.mark.parametrize(
+    "datasets, needle",
+    [
+        ({"q": np.zeros(3)}, "clashes with a column"),
+        ({"ep_len": np.zeros(3)}, "clashes with a column"),
+        ({"__x": np.zeros(3)}, "reserved '__' prefix"),
+        ({"a/b": np.zeros(3)}, "without '/'"),
+        ({"": np.zeros(3)}, "non-empty str"),
+        ({"names": np.array(["a", "b"])}, "expected a numeric or bool array"),
+    ],
+)
+def test_close_refuses_bad_datasets_and_stays_open(tmp_path, datasets, needle):
+    from numbatraj.errors import SchemaError
+
+    path = tmp_path / "s.h5"
+    w = _one_episode_writer(path)
+    with pytest.raises(SchemaError, match=needle):
+        w.close(datasets=datasets)
+    assert not w.closed and not path.exists()
+    w.close(datasets={"ok": np.ones(2)})
+    with h5py.File(path, "r") as f:
+        np.testing.assert_array_equal(f["ok"][()], [1.0, 1.0])
+
+
+def test_read_range_bounds(tmp_path):
+    from numbatraj.errors import RowIndexError, SchemaError
+
+    w = _one_episode_writer(tmp_path / "s.h5")
+    assert w.read_range("q", 4, 4).shape == (0, 3)
+    with pytest.raises(RowIndexError, match=r"outside the 4 row\(s\) appended"):
+        w.read_range("q", 2, 5)
+    with pytest.raises(SchemaError, match="not declared"):
+        w.read_range("x", 0, 1)
+    w.abort()
+
+
+def test_sync_every_bytes_flushes_and_datasyncs_the_temporary_file(tmp_path, monkeypatch):
+    import os
+
+    from numbatraj.data import writer as writer_mod
+    from numbatraj.errors import SchemaError
+
+    synced: list[str] = []
+
+    def datasync(fd):
+        synced.append(os.readlink(f"/proc/self/fd/{fd}") if os.path.isdir("/proc/self/fd") else "?")
+
+    monkeypatch.setattr(writer_mod, "_datasync", datasync)
+    path = str(tmp_path / "s.h5")
+    w = TrajectoryStoreWriter(path, [ColumnSpec("q", np.float32, (256,))], sync_every_bytes=3000)
+    flushes = []
+    real_flush = w._file.flush
+    monkeypatch.setattr(w._file, "flush", lambda: (flushes.append(1), real_flush()))
+    row = np.ones((1, 256), np.float32)  # 1 KiB a row
+    for _ in range(7):
+        w.append("q", row)
+    w.end_episode()
+    assert len(synced) == 2 and len(flushes) == 2  # after rows 3 and 6 (3 KiB each time)
+    if synced[0] != "?":
+        assert synced == [os.path.abspath(w.tmp_path)] * 2
+    w.close()
+    assert w._sync_fd == -1
+    with TrajectoryStore(path) as s:
+        assert s.n_rows == 7
+    w = TrajectoryStoreWriter(tmp_path / "off.h5", [ColumnSpec("q", np.float32, (256,))])
+    for _ in range(7):
+        w.append("q", row)
+    w.end_episode()
+    w.close()
+    assert len(synced) == 2  # the default, 0: no syncs before close
+    for bad in (-1, 1.5, True, "32M"):
+        with pytest.raises(SchemaError, match="sync_every_bytes must be a whole number"):
+            TrajectoryStoreWriter(tmp_path / "x.h5", [ColumnSpec("q", np.float32)],
+                                  sync_every_bytes=bad)
+    assert sorted(os.listdir(tmp_path)) == ["off.h5", "s.h5"]

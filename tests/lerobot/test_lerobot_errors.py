@@ -14,10 +14,10 @@ from collections import namedtuple
 import pytest
 
 from numbatraj.errors import DiskSpaceError, EpisodeError, IntegrityError
-from numbatraj.lerobot import _plan, _stream
-from numbatraj.lerobot.read import LeRobotFormatError, import_lerobot_v3
 from numbatraj.io import diskspace
 from numbatraj.io.video import probe_video
+from numbatraj.lerobot import _plan, _stream
+from numbatraj.lerobot.read import LeRobotFormatError, import_lerobot_v3
 from tests.lerobot.lerobot_fixtures import CameraSpec, adversarial_spec, write_dataset
 
 WRIST = "observation.images.wrist"

@@ -161,3 +161,19 @@ def test_default_store_path(homes):
         homes / "nt" / "stores" / "DenisLabs__record-test_240x320.h5"
     )
     assert hub.cache_dir() == str(homes / "nt")
+
+
+def test_download_replaces_a_leftover_without_info_json(homes, monkeypatch):
+    import huggingface_hub
+
+    dest = local_dataset_dir(REPO)
+    os.makedirs(os.path.join(dest, "data"))
+    open(os.path.join(dest, "data", "stale.parquet"), "w").close()  # no meta/info.json
+    monkeypatch.setattr(
+        huggingface_hub, "snapshot_download",
+        lambda repo_id, **k: _dataset(k["local_dir"], "fresh"),
+    )
+    assert resolve_dataset_root(REPO) == dest
+    assert json.load(open(os.path.join(dest, "meta", "info.json")))["tag"] == "fresh"
+    assert not os.path.exists(os.path.join(dest, "data", "stale.parquet"))
+    assert os.listdir(os.path.dirname(dest)) == [os.path.basename(dest)]

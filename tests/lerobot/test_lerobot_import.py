@@ -401,3 +401,100 @@ def test_failed_import_keeps_a_concurrent_imports_temp_file(tmp_path, monkeypatc
     lerobot_import.import_lerobot_v3(rec.root, out, height=8, width=8, progress=False)
     assert os.path.isfile(out)
     assert np.all([os.path.exists(p) for p in others])
+
+
+def test_import_publishes_once_with_its_norm_stats(tmp_path, monkeypatch):
+    """One rename into place, no reopening of the published store to add the norm stats."""
+    root = write_dataset(tmp_path / "ds", adversarial_spec())
+    out = str(tmp_path / "s.h5")
+    renamed_to: list[str] = []
+    real_replace, real_link, real_file = os.replace, os.link, h5py.File
+    modes: list[str] = []
+
+    def replace(src, dst, *a, **kw):
+        renamed_to.append(os.fspath(dst))
+        return real_replace(src, dst, *a, **kw)
+
+    def link(src, dst, *a, **kw):
+        renamed_to.append(os.fspath(dst))
+        return real_link(src, dst, *a, **kw)
+
+    def file(name, mode="r", *a, **kw):
+        if os.fspath(name).startswith(out):
+            modes.append(mode)
+        return real_file(name, mode, *a, **kw)
+
+    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(os, "link", link)
+    monkeypatch.setattr(h5py, "File", file)
+    import_lerobot_v3(root, out, height=24, width=32, show_progress=False, force=True)
+    monkeypatch.undo()
+    assert renamed_to == [out]  # published exactly once, straight to ``out``
+    assert modes == ["w"]  # built once by the store writer, never reopened
+    assert not [p for p in os.listdir(tmp_path) if is_temp_name(p)]
+    with h5py.File(out, "r") as f:
+        assert sorted(f) == sorted(
+            ["__manifest__", "action", "ep_len", "ep_offset", "images", "qpos", "task_index",
+             "norm_action_mean", "norm_action_std", "norm_qpos_mean", "norm_qpos_std"]
+        )
+
+
+def _two_pass(ds: h5py.Dataset, slab: int = 1 << 16) -> tuple[np.ndarray, np.ndarray]:
+    """The statistics the import computed before it used the store writer's ``datasets=``:
+    two float64 passes over the published file's column, in slabs of 65,536 rows."""
+    n = ds.shape[0]
+    total = np.zeros(ds.shape[1:], np.float64)
+    for lo in range(0, n, slab):
+        total += ds[lo : lo + slab].astype(np.float64).sum(axis=0)
+    mean = total / n
+    sq = np.zeros_like(mean)
+    for lo in range(0, n, slab):
+        d = ds[lo : lo + slab].astype(np.float64) - mean
+        sq += (d * d).sum(axis=0)
+    return mean, np.sqrt(sq / n)
+
+
+def test_norm_stats_are_bit_identical_to_the_two_pass_over_the_store(tmp_path, monkeypatch):
+    monkeypatch.setattr(lerobot_import, "_STAT_SLAB_ROWS", 7)  # several slabs, a partial last
+    root = write_dataset(tmp_path / "ds", adversarial_spec())
+    out = str(tmp_path / "s.h5")
+    import_lerobot_v3(root, out, height=24, width=32, show_progress=False)
+    with h5py.File(out, "r") as f:
+        for col in ("qpos", "action"):
+            mean, std = _two_pass(f[col], slab=7)
+            assert f[f"norm_{col}_mean"].dtype == np.float32
+            assert np.array_equal(f[f"norm_{col}_mean"][()], mean.astype(np.float32))
+            floored = np.maximum(std, NORM_STD_FLOOR).astype(np.float32)
+            assert np.array_equal(f[f"norm_{col}_std"][()], floored)
+
+
+def test_show_progress_and_its_alias_progress(tmp_path):
+    root = write_dataset(tmp_path / "ds", adversarial_spec())
+    out = str(tmp_path / "s.h5")
+    assert import_lerobot_v3(root, out, height=24, width=32, progress=False) == out
+    assert import_lerobot_v3(
+        root, out, height=24, width=32, show_progress=False, progress=False, force=True
+    ) == out
+    with pytest.raises(TypeError, match=r"show_progress=True and its alias progress=False"):
+        import_lerobot_v3(root, out, height=24, width=32, show_progress=True, progress=False)
+
+
+def test_stray_temporaries_in_the_dataset_are_not_read(tmp_path):
+    """A writer's unfinished temporaries (``<name>.<16 hex>.tmp``) never match the importer's
+    globs: garbage there changes nothing."""
+    spec = adversarial_spec()
+    root = write_dataset(tmp_path / "ds", spec)
+    ref = str(tmp_path / "ref.h5")
+    import_lerobot_v3(root, ref, height=24, width=32, show_progress=False)
+    for rel in ("meta/episodes/chunk-000/file-000.parquet", "data/chunk-000/file-000.parquet",
+                "meta/info.json", "meta/tasks.parquet"):
+        path = os.path.join(root, rel + ".0123456789abcdef.tmp")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as fh:
+            fh.write(b"half written")
+    out = str(tmp_path / "s.h5")
+    import_lerobot_v3(root, out, height=24, width=32, show_progress=False)
+    with h5py.File(ref, "r") as a, h5py.File(out, "r") as b:
+        for name in a:
+            if name != "__manifest__":
+                assert np.array_equal(a[name][()], b[name][()]), name

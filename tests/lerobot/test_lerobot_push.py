@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from numbatraj.importers._cli_lerobot_write import register
-from numbatraj.lerobot._plan import LeRobotFormatError
+from numbatraj.errors import LeRobotFormatError
+from numbatraj.io.atomic import is_temp_name
 from numbatraj.lerobot.hub import HubPushError, collect_files, push_lerobot_dataset
 from numbatraj.lerobot.write import LeRobotWriter
 from tests.hubstub import HubStub, StubRepo
@@ -108,19 +109,22 @@ def test_first_push_sends_all_then_nothing_then_one_episode(hub, tmp_path):
     import_and_check(rec, str(tmp_path / "out.h5"))
 
 
-def test_walk_skips_hidden_and_part_and_holds_back_unreferenced(tmp_path):
+def test_walk_skips_hidden_temporary_and_part_and_holds_back_unreferenced(tmp_path):
     root = str(tmp_path / "ds")
     w, _ = _record(root, [3])
     w.close()
     src = os.path.join(root, "videos/observation.images.front/chunk-000/file-000.mp4")
     shutil.copy(src, src.replace("file-000", "file-007"))
     open(os.path.join(root, "meta/.info.json.123.tmp"), "w").close()
+    open(os.path.join(root, "meta/stats.json.0123456789abcdef.tmp"), "w").close()  # a FileBatch's
+    open(os.path.join(root, "data/chunk-000/file-000.parquet.fedcba9876543210.tmp"), "w").close()
     os.makedirs(os.path.join(root, ".cache/huggingface"))
     open(os.path.join(root, ".cache/huggingface/x"), "w").close()
     open(os.path.join(root, "data/chunk-000/file-001.parquet.part"), "w").close()
     send, held, info = collect_files(root)
     assert held == ["videos/observation.images.front/chunk-000/file-007.mp4"]
     assert not any("/." in "/" + p or p.endswith(".part") for p in send)
+    assert not any(is_temp_name(p) for p in send + held)
     assert "meta/info.json" in send and info["total_episodes"] == 1
 
 

@@ -23,11 +23,11 @@ from numbatraj.lerobot.write import DatasetExistsError, LeRobotWriter
 from tests.lerobot.test_lerobot_writer_support import (
     ACTION_NAMES,
     CAMERAS,
-    Recorded,
-    add_episodes,
     STATE_NAMES,
     H,
+    Recorded,
     W,
+    add_episodes,
     frame_of,
     import_and_check,
     record,
