@@ -25,9 +25,9 @@ import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
+import numbatraj.lerobot.schema as S
 from numbatraj.io.atomic import FileBatch, fsync_dir, publish
 from numbatraj.io.video_encode import VideoEncoder
-from numbatraj.lerobot import schema as S
 from numbatraj.lerobot._tables import parquet_fill
 
 __all__ = ["PART_SUFFIX", "CameraFiles", "DataFiles", "next_key"]

@@ -14,9 +14,9 @@ import json
 import os
 from typing import Any
 
+import numbatraj.lerobot.schema as S
 from numbatraj.errors import DatasetExistsError, EpisodeError, SchemaError
 from numbatraj.io.atomic import write_bytes
-from numbatraj.lerobot import schema as S
 from numbatraj.lerobot._tables import json_bytes
 
 __all__ = ["DatasetExistsError", "refuse_existing_dataset", "reject_episode"]

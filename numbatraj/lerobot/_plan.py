@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
+import numbatraj.lerobot.schema as S
 from numbatraj.errors import IntegrityError, LeRobotFormatError
 from numbatraj.io.parquet import column_to_numpy, parquet_num_rows, read_parquet
 from numbatraj.io.video import probe_video
-from numbatraj.lerobot import schema as S
 
 __all__ = ["CameraSegment", "DatasetPlan", "EpisodePlan", "load_plan"]
 

@@ -32,11 +32,11 @@ from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped]
 
+import numbatraj.lerobot.schema as S
 from numbatraj.errors import ResumeError
 from numbatraj.io.atomic import is_temp_name, replay_journal
 from numbatraj.io.parquet import read_parquet
 from numbatraj.io.video_encode import resolve_codec
-from numbatraj.lerobot import schema as S
 from numbatraj.lerobot._files import PART_SUFFIX, Key, next_key
 from numbatraj.lerobot._plan import load_plan
 from numbatraj.lerobot._stats import FeatureStats, stats_from_json

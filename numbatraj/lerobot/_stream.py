@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
+import numbatraj.lerobot.schema as S
 from numbatraj.errors import IntegrityError
 from numbatraj.io.parquet import read_parquet, table_to_numpy
 from numbatraj.io.video import FrameCursor, frame_to_rgb
-from numbatraj.lerobot import schema as S
 from numbatraj.lerobot._plan import DatasetPlan, EpisodePlan
 
 __all__ = ["CameraStreams", "DataRows", "EpisodeRows"]

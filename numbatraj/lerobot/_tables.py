@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
-from numbatraj.lerobot import schema as S
+import numbatraj.lerobot.schema as S
 
 __all__ = [
     "CAMERA_PREFIX",

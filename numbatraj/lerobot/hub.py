@@ -51,6 +51,7 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Any
 
+import numbatraj.lerobot.schema as S
 from numbatraj.errors import (
     DatasetNotFoundError,
     DownloadError,
@@ -60,7 +61,6 @@ from numbatraj.errors import (
 )
 from numbatraj.io.atomic import discard, is_temp_name, replace_dir, temp_path
 from numbatraj.io.parquet import read_parquet
-from numbatraj.lerobot import schema as S
 
 __all__ = [
     "DatasetNotFoundError",

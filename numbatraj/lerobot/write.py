@@ -34,10 +34,10 @@ from typing import Any, Self
 
 import numpy as np
 
+import numbatraj.lerobot.schema as S
 from numbatraj.errors import DatasetExistsError, EpisodeError, ResumeError, SchemaError
 from numbatraj.io.atomic import FileBatch
 from numbatraj.io.video_encode import resolve_codec
-from numbatraj.lerobot import schema as S
 from numbatraj.lerobot._files import CameraFiles, DataFiles, next_key
 from numbatraj.lerobot._guard import refuse_existing_dataset, reject_episode
 from numbatraj.lerobot._resume import _ResumeState, read_resume_state
