@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from numbatraj._cuda import is_device_array
 from numbatraj.data.column import ColumnSpec, check_column_set
-from numbatraj.data.index_batch import _on_device
 from numbatraj.errors import SchemaError
 
 __all__ = ["Quantization", "ReplayColumns"]
@@ -225,7 +225,7 @@ def _coerce(name: str, spec: ColumnSpec, v: Any, what: str) -> np.ndarray:
     numpy scalars of the exact dtype pass; Python scalars are converted when their kind
     fits (bool -> bool/int/float columns, int -> int/float, float -> float).
     """
-    if _on_device(v):  # a device array (StoreReplayGpu): exact dtype, no copy
+    if is_device_array(v):  # a device array (StoreReplayGpu): exact dtype, no copy
         if np.dtype(v.dtype) != spec.dtype:
             raise SchemaError(
                 f"{what}: column {name!r} is {spec.dtype.name}, got a device array of "

@@ -98,8 +98,8 @@ def test_uniform_draws_equal_host_twin_and_gather_equals_host_rows(kw, ere):
         for n in cpu.columns:
             np.testing.assert_array_equal(out[n].copy_to_host(), host_rows[n])
         if ere:
-            c = gpu.ere_window(step, 3)
-            assert c == cpu.ere_window(step, 3)
+            c = gpu.ere_window(k=step, K=3)
+            assert c == cpu.ere_window(k=step, K=3)
             online = row_ids(host_rows)[row_ids(host_rows) < 900]
             assert online.min() >= 28 - c
 
@@ -172,7 +172,7 @@ def test_errors_and_buffer_reuse():
     gpu.configure_ere(True, c_min=2)
     with pytest.raises(SamplerError, match="set_ere_step"):
         gpu.sample_indices(4)
-    gpu.set_ere_step(1, 2)
+    gpu.set_ere_step(k=1, K=2)
     gpu.sample_indices(4)  # k, K now live in device memory
 
 

@@ -161,7 +161,7 @@ def test_ere_window_and_samples_never_older(n, k, big_k, eta, c_min, prioritized
     rep.add(**rows(0, n))
     rep.configure_ere(True, eta=eta, c_min=c_min)
     size = min(n, cap)
-    c = rep.ere_window(k, big_k)
+    c = rep.ere_window(k=k, K=big_k)
     assert c == ere_window_ref(size, k, big_k, eta, c_min)
     batch, idx = rep.sample(500, k=k, K=big_k)
     ids = row_ids(batch)
@@ -176,7 +176,7 @@ def test_ere_errors():
     rep = StoreReplay(sac_columns(), 8)
     rep.add(**rows(0, 8))
     with pytest.raises(SamplerError, match="ERE is off"):
-        rep.ere_window(1, 2)
+        rep.ere_window(k=1, K=2)
     rep.configure_ere(True, c_min=2)
     with pytest.raises(SamplerError, match="needs integer k and K"):
         rep.sample(4)

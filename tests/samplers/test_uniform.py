@@ -192,7 +192,7 @@ def test_sample_into_continues_the_same_stream_without_allocating():
 
 @pytest.mark.parametrize("seed", [0, 1, 2**64 - 1])
 def test_raw_words_equal_random_raw(seed):
-    from numbatraj.samplers._args import RawWords
+    from numbatraj.samplers._pcg64 import RawWords
 
     g, twin = np.random.Generator(np.random.PCG64(seed)), np.random.Generator(np.random.PCG64(seed))
     words = RawWords(g)
