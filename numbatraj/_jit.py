@@ -22,8 +22,8 @@ njit_parallel = numba.njit(cache=True, nogil=True, parallel=True)
 
 def device_twin(fn: Callable[..., Any], **names: Any) -> Callable[..., Any]:
     """A copy of the ``_py`` body ``fn`` (the same code object) whose globals map ``names`` to
-    other callables: compiling it with ``cuda.jit(device=True)`` gives the device twin of a
-    host kernel, with the functions it calls rebound to their device compiles, so host and
+    other callables: compiled as a CUDA device function (``device=True``) it is the device
+    twin of a host kernel, with the functions it calls rebound to their device compiles, so host and
     device run one body and agree bit for bit by construction."""
     g = dict(fn.__globals__)
     g.update(names)

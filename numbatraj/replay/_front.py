@@ -154,15 +154,15 @@ class ReplayFront:
         """IS-weight exponent (prioritized); assign to anneal it."""
         return self._get_beta()
 
-    def _get_beta(self) -> float:
-        return self._beta
-
     @beta.setter
     def beta(self, value: float) -> None:
         if not self._prioritized:
             raise SamplerError("beta applies to a prioritized replay (prioritized=True)")
         self._beta = check_real("beta", value, 0.0, False)
         self._beta_changed()
+
+    def _get_beta(self) -> float:
+        return self._beta
 
     def _beta_changed(self) -> None:
         """Backend hook: :attr:`beta` was assigned."""

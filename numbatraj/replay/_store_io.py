@@ -12,6 +12,7 @@ a dump needs memory for one block, not for the buffer.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
@@ -100,7 +101,7 @@ def dump_replay(rep: HeldRows, path: str | os.PathLike[str], *, env_id: str | No
     return int(lengths.shape[0])
 
 
-def replay_from_store(cls: type[F], store: Any, capacity: int, **kwargs: Any) -> F:
+def replay_from_store(cls: Callable[..., F], store: Any, capacity: int, **kwargs: Any) -> F:
     own = not isinstance(store, TrajectoryStore)
     st = TrajectoryStore(os.fspath(store)) if own else store
     try:

@@ -195,6 +195,8 @@ _SCALAR_KINDS = {"b": "biuf", "i": "iuf", "u": "iuf", "f": "f"}
 def _check_range(name: str, dt: np.dtype, v: int | float, what: str) -> None:
     """Raise SchemaError when the Python number ``v`` does not fit column ``name``'s dtype
     ``dt`` (an integer outside ``np.iinfo``, or a finite number that would become inf)."""
+    lo: int | float
+    hi: int | float
     if dt.kind in "iu":
         info = np.iinfo(dt)
         if info.min <= v <= info.max:

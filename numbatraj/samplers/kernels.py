@@ -8,8 +8,8 @@ are :class:`~numbatraj.samplers.UniformSampler`, :class:`~numbatraj.samplers.Sum
 :class:`~numbatraj.samplers.PrioritizedSampler`.
 
 - Bodies (``*_py``): plain Python functions, the one source of truth, compiled here for the
-  host (the names without ``_py``) and by a caller as CUDA device functions
-  (``cuda.jit(device=True)(numbatraj._jit.device_twin(body, name=device_compile))``).
+  host (the names without ``_py``) and by a caller as CUDA device functions (through
+  ``numbatraj._jit.device_twin(body, name=device_compile)``, the names it calls rebound).
 - Host kernels (``*_cpu``): :func:`sumtree_find_cpu` and :func:`sample_ranges_cpu`.
 - Device compiles (``*_dev``): ``philox4x32_dev``, ``mulhi64_dev``, ``philox_index_dev``,
   ``philox_uniform_dev``, loaded on first access (importing this module does not import
