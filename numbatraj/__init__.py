@@ -16,14 +16,28 @@ from numbatraj.data import (
     validate_store,
 )
 from numbatraj.errors import (
+    CatalogAuthError,
+    CatalogError,
+    CatalogRequestError,
+    DatasetExistsError,
+    DatasetNotFoundError,
+    DeclarationError,
     DeviceUnavailableError,
+    DiskSpaceError,
+    DownloadError,
     EpisodeError,
+    HubPushError,
     IntegrityError,
+    LeRobotFormatError,
     NotAStoreError,
     NumbatrajError,
+    ResumeError,
     RowIndexError,
     SamplerError,
     SchemaError,
+    SourceFormatError,
+    UnsafeArchiveError,
+    UnsupportedCodecError,
 )
 from numbatraj.replay import DemoFile, DemoWriter, Quantization, StoreReplay
 from numbatraj.samplers import (
@@ -65,8 +79,22 @@ __all__ = [
     "IntegrityError",
     "NotAStoreError",
     "RowIndexError",
-    "SamplerError",
     "DeviceUnavailableError",
+    "DownloadError",
+    "CatalogError",
+    "CatalogAuthError",
+    "CatalogRequestError",
+    "DiskSpaceError",
+    "SamplerError",
+    "UnsafeArchiveError",
+    "DeclarationError",
+    "SourceFormatError",
+    "LeRobotFormatError",
+    "ResumeError",
+    "DatasetExistsError",
+    "DatasetNotFoundError",
+    "HubPushError",
+    "UnsupportedCodecError",
 ]
 
 

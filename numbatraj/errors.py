@@ -23,6 +23,13 @@ __all__ = [
     "SamplerError",
     "UnsafeArchiveError",
     "DeclarationError",
+    "SourceFormatError",
+    "LeRobotFormatError",
+    "ResumeError",
+    "DatasetExistsError",
+    "DatasetNotFoundError",
+    "HubPushError",
+    "UnsupportedCodecError",
 ]
 
 
@@ -86,3 +93,37 @@ class UnsafeArchiveError(IntegrityError):
 
 class DeclarationError(NumbatrajError, ValueError):
     """A declaration file (such as an ``assets.kv``) is malformed or incomplete."""
+
+
+class SourceFormatError(SchemaError):
+    """A source dataset is not laid out as its format requires.
+
+    The message names the file, the group or dataset, what was found and what was expected.
+    """
+
+
+class LeRobotFormatError(SchemaError):
+    """A directory is not a LeRobot v3.0 dataset this importer can read (wrong version,
+    missing feature, unsupported camera type, malformed metadata).  The message names the
+    file and the value found."""
+
+
+class ResumeError(SchemaError):
+    """A directory cannot be resumed: written without checkpoints, or recorded with other
+    settings (fps, cameras, resolution, joint names, codec) than the session asks for."""
+
+
+class DatasetExistsError(NumbatrajError, FileExistsError):
+    """A directory already holds a dataset (or a rejection list) and resuming was not asked."""
+
+
+class DatasetNotFoundError(NumbatrajError, FileNotFoundError):
+    """A dataset is in none of the caches and downloading was not allowed."""
+
+
+class HubPushError(NumbatrajError, OSError):
+    """The Hub refused or could not be reached, or no token was found."""
+
+
+class UnsupportedCodecError(NumbatrajError, ValueError):
+    """A video codec this PyAV build cannot encode; the message lists those it can."""

@@ -21,8 +21,9 @@ ALLOWED = {
     "data": {"io"},
     "samplers": {"io", "data"},
     "replay": {"io", "data", "samplers"},
-    "importers": {"io", "data"},
-    "remote": {"io", "data"},
+    "lerobot": {"io", "data"},
+    "importers": {"io", "data", "lerobot"},
+    "remote": {"io", "data", "lerobot"},
 }
 # top-level modules any layer may use
 SHARED = {"errors", "_jit", "_cuda", "_version"}

@@ -14,6 +14,7 @@ from numbatraj.data.column import ColumnSpec, check_column_set
 from numbatraj.data.episode_index import offsets_from_lengths
 from numbatraj.data.manifest import build_manifest, check_attrs, check_text, encode_manifest
 from numbatraj.errors import EpisodeError, NumbatrajError, SchemaError
+from numbatraj.io.atomic import discard, publish, temp_path
 from numbatraj.io.hdf5 import compression_kwargs, ensure_filter_plugins
 
 __all__ = ["TrajectoryStoreWriter", "default_chunk_rows", "CHUNK_TARGET_BYTES"]
@@ -28,18 +29,11 @@ def default_chunk_rows(row_bytes: int, target_bytes: int = CHUNK_TARGET_BYTES) -
     return 1 << (int(rows).bit_length() - 1)
 
 
-def _fsync_path(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class TrajectoryStoreWriter:
     """Write a trajectory store by streaming appends.
 
-    The file is built at ``<path>.tmp`` and renamed to ``path`` only when :meth:`close`
+    The file is built at a temporary name beside ``path`` (``<path>.<random>.tmp``, see
+    :func:`numbatraj.io.atomic.temp_path`) and renamed to ``path`` only when :meth:`close`
     succeeds, so an exception or a killed process never leaves a file at ``path`` that looks
     finished.  Every column is chunked with an unlimited leading axis; rows go to disk on each
     :meth:`append` and the writer keeps none in memory.
@@ -95,7 +89,7 @@ class TrajectoryStoreWriter:
         unknown = set(chunk_rows) - set(self._columns)
         if unknown:
             raise SchemaError(f"chunk_rows names undeclared column(s) {sorted(unknown)}")
-        self.tmp_path = self.path + ".tmp"
+        self.tmp_path = temp_path(self.path)
         ensure_filter_plugins()
         self._file: h5py.File | None = h5py.File(self.tmp_path, "w")
         self._ds: dict[str, h5py.Dataset] = {}
@@ -237,7 +231,7 @@ class TrajectoryStoreWriter:
         return length
 
     def close(self) -> None:
-        """Write the episode index and manifest, then rename ``<path>.tmp`` to ``path``.
+        """Write the episode index and manifest, then publish the temporary file as ``path``.
 
         Raises :class:`EpisodeError` (and stays open) when the columns are out of step or
         rows were appended after the last :meth:`end_episode`.
@@ -269,27 +263,9 @@ class TrajectoryStoreWriter:
         f.create_dataset("__manifest__", data=encode_manifest(manifest))
         f.close()
         self._file = None
-        _fsync_path(self.tmp_path)
-        if self._overwrite:
-            os.replace(self.tmp_path, self.path)
-        else:
-            try:  # a hard link refuses an existing destination atomically
-                os.link(self.tmp_path, self.path)
-            except FileExistsError:
-                raise FileExistsError(
-                    f"{self.path!r} appeared while writing; the finished store is left at "
-                    f"{self.tmp_path!r}"
-                ) from None
-            except OSError:  # a filesystem without hard links
-                if os.path.exists(self.path):
-                    raise FileExistsError(
-                        f"{self.path!r} appeared while writing; the finished store is left "
-                        f"at {self.tmp_path!r}"
-                    ) from None
-                os.replace(self.tmp_path, self.path)
-            else:
-                os.remove(self.tmp_path)
-        _fsync_path(os.path.dirname(os.path.abspath(self.path)))
+        # overwrite=False links the file into place, so a store that appeared meanwhile is
+        # never clobbered (the finished one then stays at tmp_path, as the error says)
+        publish(self.tmp_path, self.path, overwrite=self._overwrite)
 
     def abort(self) -> None:
         """Discard everything: close the temporary file and delete it.  ``path`` is untouched."""
@@ -299,10 +275,7 @@ class TrajectoryStoreWriter:
                 f.close()
             except Exception:  # pragma: no cover - the file is being discarded anyway
                 pass
-        try:
-            os.remove(self.tmp_path)
-        except FileNotFoundError:
-            pass
+        discard(self.tmp_path)
 
     def __enter__(self) -> TrajectoryStoreWriter:
         return self

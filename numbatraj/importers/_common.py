@@ -21,7 +21,7 @@ import numpy as np
 from numbatraj._version import __version__
 from numbatraj.data.column import ColumnSpec
 from numbatraj.data.writer import TrajectoryStoreWriter
-from numbatraj.errors import SchemaError
+from numbatraj.errors import SourceFormatError
 
 __all__ = [
     "SourceFormatError",
@@ -38,14 +38,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-
-
-class SourceFormatError(SchemaError):
-    """A source dataset is not laid out as its format requires.
-
-    The message names the file, the group or dataset, what was found and what was expected.
-    Subclasses :class:`~numbatraj.errors.SchemaError` (and so ``ValueError``).
-    """
 
 
 _DIGITS = re.compile(r"(\d+)")

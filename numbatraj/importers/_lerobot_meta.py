@@ -18,18 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from numbatraj.errors import IntegrityError, SchemaError
-from numbatraj.importers import _lerobot_schema as S
+from numbatraj.errors import IntegrityError, LeRobotFormatError
 from numbatraj.io.parquet import column_to_numpy, parquet_num_rows, read_parquet
 from numbatraj.io.video import probe_video
+from numbatraj.lerobot import schema as S
 
 __all__ = ["CameraSegment", "DatasetPlan", "EpisodePlan", "LeRobotFormatError", "load_plan"]
-
-
-class LeRobotFormatError(SchemaError):
-    """A directory is not a LeRobot v3.0 dataset this importer can read (wrong version,
-    missing feature, unsupported camera type, malformed metadata).  The message names the
-    file and the value found."""
 
 
 @dataclass(frozen=True)

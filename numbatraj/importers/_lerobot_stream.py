@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 
 from numbatraj.errors import IntegrityError
-from numbatraj.importers import _lerobot_schema as S
 from numbatraj.importers._lerobot_meta import DatasetPlan, EpisodePlan
 from numbatraj.io.parquet import read_parquet, table_to_numpy
 from numbatraj.io.video import FrameCursor, frame_to_rgb
+from numbatraj.lerobot import schema as S
 
 __all__ = ["CameraStreams", "DataRows", "EpisodeRows"]
 

@@ -10,7 +10,7 @@ every episode from the Arrow tables of its episodes, which are only numbers; wit
 Parquet writer appends one row group per episode to ``<file>.parquet.part``.
 
 Both start a new file (next ``file-NNN``, next ``chunk-NNN`` after
-:data:`~numbatraj.importers._lerobot_schema.DEFAULT_CHUNKS_SIZE` files) for the episode after
+:data:`~numbatraj.lerobot.schema.DEFAULT_CHUNKS_SIZE` files) for the episode after
 the one that brought the current file to its limit.
 """
 
@@ -23,9 +23,9 @@ import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
-from numbatraj.importers import _lerobot_schema as S
 from numbatraj.importers._lerobot_write_meta import Batch, fsync_dir
 from numbatraj.io.video_encode import VideoEncoder
+from numbatraj.lerobot import schema as S
 
 __all__ = ["PART_SUFFIX", "CameraFiles", "DataFiles", "next_key"]
 

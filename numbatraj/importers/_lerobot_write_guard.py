@@ -14,15 +14,11 @@ import json
 import os
 from typing import Any
 
-from numbatraj.errors import EpisodeError, NumbatrajError, SchemaError
-from numbatraj.importers import _lerobot_schema as S
+from numbatraj.errors import DatasetExistsError, EpisodeError, SchemaError
 from numbatraj.importers._lerobot_write_meta import atomic_write_json
+from numbatraj.lerobot import schema as S
 
 __all__ = ["DatasetExistsError", "refuse_existing_dataset", "reject_episode"]
-
-
-class DatasetExistsError(NumbatrajError, FileExistsError):
-    """A directory already holds a dataset (or a rejection list) and resuming was not asked."""
 
 
 def refuse_existing_dataset(root: str | os.PathLike[str]) -> None:

@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
-from numbatraj.importers import _lerobot_schema as S
+from numbatraj.lerobot import schema as S
 
 __all__ = [
     "Batch",

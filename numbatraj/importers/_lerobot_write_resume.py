@@ -22,7 +22,6 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from numbatraj.importers import _lerobot_schema as S
 from numbatraj.importers._lerobot_meta import load_plan
 from numbatraj.importers._lerobot_write_files import PART_SUFFIX, next_key
 from numbatraj.importers._lerobot_write_meta import (
@@ -34,6 +33,7 @@ from numbatraj.importers._lerobot_write_meta import (
 from numbatraj.importers._lerobot_write_stats import stats_from_json
 from numbatraj.io.parquet import read_parquet
 from numbatraj.io.video_encode import resolve_codec
+from numbatraj.lerobot import schema as S
 
 if TYPE_CHECKING:
     from numbatraj.importers.lerobot_writer import LeRobotWriter

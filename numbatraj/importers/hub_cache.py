@@ -23,7 +23,7 @@ import re
 import shutil
 import uuid
 
-from numbatraj.errors import DownloadError, NumbatrajError
+from numbatraj.errors import DatasetNotFoundError, DownloadError, NumbatrajError
 
 __all__ = [
     "DatasetNotFoundError",
@@ -37,10 +37,6 @@ __all__ = [
 _REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _MARKER = os.path.join("meta", "info.json")
-
-
-class DatasetNotFoundError(NumbatrajError, FileNotFoundError):
-    """A dataset is in none of the caches and downloading was not allowed."""
 
 
 def _check_repo(repo_id: str) -> tuple[str, str]:

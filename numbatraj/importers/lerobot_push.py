@@ -28,19 +28,15 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from numbatraj.errors import NumbatrajError
-from numbatraj.importers import _lerobot_schema as S
+from numbatraj.errors import HubPushError
 from numbatraj.importers._lerobot_meta import LeRobotFormatError
 from numbatraj.io.parquet import read_parquet
+from numbatraj.lerobot import schema as S
 
 __all__ = ["HubPushError", "PushResult", "collect_files", "dataset_card", "push_lerobot_dataset",
            "resolve_token"]
 
 _SNAPSHOT_TRIES = 5
-
-
-class HubPushError(NumbatrajError, OSError):
-    """The Hub refused or could not be reached, or no token was found."""
 
 
 @dataclass

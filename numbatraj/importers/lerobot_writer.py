@@ -32,8 +32,7 @@ from typing import Any, Self
 
 import numpy as np
 
-from numbatraj.errors import EpisodeError, SchemaError
-from numbatraj.importers import _lerobot_schema as S
+from numbatraj.errors import EpisodeError, ResumeError, SchemaError
 from numbatraj.importers._lerobot_write_files import CameraFiles, DataFiles, next_key
 from numbatraj.importers._lerobot_write_guard import (
     DatasetExistsError,
@@ -63,6 +62,7 @@ from numbatraj.importers._lerobot_write_stats import (
     stats_to_json,
 )
 from numbatraj.io.video_encode import resolve_codec
+from numbatraj.lerobot import schema as S
 
 __all__ = [
     "DEFAULT_CRF",
@@ -77,11 +77,6 @@ __all__ = [
 os.environ.setdefault("SVT_LOG", "1")  # SVT-AV1: errors only, not a banner per file
 
 _MB = 1 << 20
-
-
-class ResumeError(SchemaError):
-    """A directory cannot be resumed: written without checkpoints, or recorded with other
-    settings (fps, cameras, resolution, joint names, codec) than the session asks for."""
 
 
 class LeRobotWriter:

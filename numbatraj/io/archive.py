@@ -16,7 +16,6 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import secrets
 import shutil
 import stat
 import tarfile
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from numbatraj.errors import UnsafeArchiveError
+from numbatraj.io.atomic import fsync_dir, replace_dir, temp_path, write_bytes
 
 __all__ = [
     "ARCHIVE_SUFFIXES",
@@ -35,7 +35,6 @@ __all__ = [
     "check_member_name",
     "is_complete",
     "read_marker",
-    "replace_dir",
     "safe_extract",
     "sniff_kind",
     "write_marker",
@@ -151,16 +150,6 @@ def _open_stream(path: str, kind: str) -> Iterator[tarfile.TarFile]:
             reader.close()
 
 
-def _fsync_path(path: str, directory: bool = False) -> None:
-    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def _copy_member(src: IO[bytes], dst: str, size: int, mode: int, label: str) -> None:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
     fd = os.open(dst, flags, 0o755 if mode & 0o111 else 0o644)
@@ -246,32 +235,8 @@ def read_marker(directory: str | os.PathLike[str]) -> dict[str, Any] | None:
 
 def write_marker(directory: str, info: dict[str, Any]) -> None:
     """Write ``info`` as the completion marker (through a temporary name, then fsync)."""
-    final = os.path.join(directory, COMPLETE_MARKER)
-    tmp = final + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(info, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, final)
-
-
-def replace_dir(tmp: str, dest: str) -> None:
-    """Rename the finished directory ``tmp`` to ``dest``, replacing what is there.
-
-    An old ``dest`` is first renamed aside, then removed once the new one is in place, so a
-    crash leaves either the old or the new tree under ``dest``, never a mixture.
-    """
-    old = None
-    if os.path.lexists(dest):
-        old = f"{dest}.old-{secrets.token_hex(4)}"
-        os.rename(dest, old)
-    os.rename(tmp, dest)
-    _fsync_path(os.path.dirname(os.path.abspath(dest)), directory=True)
-    if old is not None:
-        if os.path.isdir(old) and not os.path.islink(old):
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.unlink(old)
+    text = json.dumps(info, indent=1, sort_keys=True)
+    write_bytes(os.path.join(directory, COMPLETE_MARKER), text.encode("utf-8"))
 
 
 def safe_extract(
@@ -318,14 +283,14 @@ def safe_extract(
         raise ValueError(f"kind must be 'zst' or 'gz', got {kind!r}")
     parent = os.path.dirname(dest)
     os.makedirs(parent, exist_ok=True)
-    tmp = os.path.join(parent, f".{os.path.basename(dest)}.extract-{secrets.token_hex(4)}")
+    tmp = temp_path(dest)
     os.mkdir(tmp, 0o755)
     try:
         files, total = _extract_into(path, kind, tmp, max_member_bytes, max_total_bytes)
         info = dict(marker or {})
         info.update({"archive": os.path.basename(path), "files": files, "bytes": total})
         write_marker(tmp, info)  # last: its presence means every member is in
-        _fsync_path(tmp, directory=True)
+        fsync_dir(tmp)
         replace_dir(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -1,4 +1,22 @@
-"""A file built under a temporary name, hashed as it grows, renamed only when complete.
+"""The one publish primitive: a file is built under a temporary name, fsynced, renamed.
+
+Everything numbatraj writes that a later run trusts (a store, a checkpoint, a ``.demo``
+file, an import, LeRobot metadata and videos, a download, an extracted pack, a signing key)
+lands through this module:
+
+- :func:`temp_path` gives a name unique to one writer, ``<name>.<16 hex>.tmp`` beside the
+  destination (:func:`is_temp_name` recognises it, so recovery code can clean up after a
+  killed run without guessing);
+- :func:`publish` fsyncs the temporary file, renames it over the destination (or, with
+  ``overwrite=False``, links it there so an existing file is never clobbered) and fsyncs
+  the directory; :func:`discard` removes a temporary file that will not be published;
+- :func:`publishing` is the context-manager form (discard on error, publish on success),
+  :func:`write_bytes` the one-call form, :func:`replace_dir` the directory swap;
+- :class:`FileBatch` publishes several files back to back, with an optional journal so an
+  interrupted multi-file commit can be finished by :func:`replay_journal`.
+
+One error policy: a failed fsync of a file raises; a directory fsync that the filesystem
+does not support (``EINVAL``/``ENOTSUP``) is skipped, every other error raises.
 
 :class:`PartFile` is the write side of a download: bytes are appended to ``<dest>.part``
 while a running SHA-256 follows them, so the digest of the finished file is known without
@@ -11,16 +29,38 @@ visible under the final name before that.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
+import json
 import os
 import queue
+import re
+import secrets
+import shutil
 import threading
+from collections.abc import Callable, Iterator
 from types import TracebackType
-from typing import Self
+from typing import Any, Self
 
 from numbatraj.io.hashing import sha256_prefix
 
-__all__ = ["SYNC_EVERY_BYTES", "PartFile", "part_path"]
+__all__ = [
+    "SYNC_EVERY_BYTES",
+    "FileBatch",
+    "PartFile",
+    "discard",
+    "fsync_dir",
+    "fsync_file",
+    "is_temp_name",
+    "part_path",
+    "publish",
+    "publishing",
+    "replace_dir",
+    "replay_journal",
+    "temp_path",
+    "write_bytes",
+]
 
 #: Default bytes between an ``fdatasync`` + ``DONTNEED`` of freshly written data.
 SYNC_EVERY_BYTES = 32 << 20
@@ -48,17 +88,295 @@ def _datasync(fd: int) -> None:
         os.fsync(fd)
 
 
-def _fsync_dir(path: str) -> None:
-    try:
-        fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-    except OSError:
-        return
+_TEMP_RE = re.compile(r"^.+\.[0-9a-f]{16}\.tmp$")
+#: fsync errors that mean "this filesystem cannot fsync a directory", not "data lost"
+_DIR_SYNC_UNSUPPORTED = {errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP}
+
+
+def temp_path(dest: str | os.PathLike[str]) -> str:
+    """A temporary name beside ``dest``, unique to this call: ``<dest>.<16 hex>.tmp``.
+
+    Two writers of one destination never share a temporary file; :func:`is_temp_name`
+    recognises the scheme.
+    """
+    return f"{os.fspath(dest)}.{secrets.token_hex(8)}.tmp"
+
+
+def is_temp_name(name: str | os.PathLike[str]) -> bool:
+    """True for a name made by :func:`temp_path` (only its last component is looked at)."""
+    return bool(_TEMP_RE.match(os.path.basename(os.fspath(name))))
+
+
+def fsync_file(path: str | os.PathLike[str]) -> None:
+    """fsync the file at ``path``; an error raises (the data may not be on disk)."""
+    fd = os.open(os.fspath(path), os.O_RDONLY)
     try:
         os.fsync(fd)
-    except OSError:
-        pass
     finally:
         os.close(fd)
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """fsync the directory ``path`` (its entries: renames, creations, removals).
+
+    A filesystem that cannot fsync a directory (``EINVAL``/``ENOTSUP``) is skipped; any
+    other error raises.
+    """
+    try:
+        fd = os.open(os.fspath(path), os.O_RDONLY)
+    except OSError as exc:
+        if exc.errno in _DIR_SYNC_UNSUPPORTED:  # pragma: no cover - exotic filesystems
+            return
+        raise
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in _DIR_SYNC_UNSUPPORTED:
+            raise
+    finally:
+        os.close(fd)
+
+
+def _parent(path: str) -> str:
+    return os.path.dirname(os.path.abspath(path))
+
+
+def discard(path: str | os.PathLike[str]) -> None:
+    """Remove a temporary file (or directory tree) that will not be published; missing is fine."""
+    p = os.fspath(path)
+    try:
+        if os.path.isdir(p) and not os.path.islink(p):
+            shutil.rmtree(p)
+        else:
+            os.remove(p)
+    except FileNotFoundError:
+        pass
+
+
+def publish(
+    tmp: str | os.PathLike[str],
+    dest: str | os.PathLike[str],
+    *,
+    overwrite: bool = True,
+    sync: bool = True,
+) -> str:
+    """Move the finished temporary file ``tmp`` to ``dest``; returns ``dest``.
+
+    With ``sync`` the file is fsynced first, and the directory after the rename.  With
+    ``overwrite=False`` an existing ``dest`` is never clobbered, even one that appears
+    while this runs (a hard link refuses it atomically): :class:`FileExistsError` names it
+    and the finished file stays at ``tmp``.
+    """
+    tmp, dest = os.fspath(tmp), os.fspath(dest)
+    if sync:
+        fsync_file(tmp)
+    if overwrite:
+        os.replace(tmp, dest)
+    else:
+        try:
+            os.link(tmp, dest)
+        except FileExistsError:
+            raise FileExistsError(
+                f"{dest!r} appeared while writing; the finished file is left at {tmp!r}"
+            ) from None
+        except OSError:  # a filesystem without hard links
+            if os.path.exists(dest):
+                raise FileExistsError(
+                    f"{dest!r} appeared while writing; the finished file is left at {tmp!r}"
+                ) from None
+            os.replace(tmp, dest)
+        else:
+            os.remove(tmp)
+    if sync:
+        fsync_dir(_parent(dest))
+    return dest
+
+
+@contextlib.contextmanager
+def publishing(
+    dest: str | os.PathLike[str], *, overwrite: bool = True, sync: bool = True
+) -> Iterator[str]:
+    """Yield a :func:`temp_path` for ``dest``; publish it when the block ends normally,
+    discard it when the block (or the publish) raises."""
+    dest = os.fspath(dest)
+    os.makedirs(_parent(dest), exist_ok=True)
+    tmp = temp_path(dest)
+    try:
+        yield tmp
+        publish(tmp, dest, overwrite=overwrite, sync=sync)
+    except FileExistsError:
+        raise  # publish left the finished file at tmp, as its message says
+    except BaseException:
+        discard(tmp)
+        raise
+
+
+def write_bytes(
+    dest: str | os.PathLike[str], data: bytes, *, overwrite: bool = True, mode: int | None = None
+) -> str:
+    """Publish ``data`` as the whole content of ``dest`` (``mode``: its permission bits).
+
+    With ``overwrite=False`` an existing ``dest`` raises :class:`FileExistsError` and
+    nothing is left behind."""
+    dest = os.fspath(dest)
+    os.makedirs(_parent(dest), exist_ok=True)
+    tmp = temp_path(dest)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644 if mode is None else mode)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        return publish(tmp, dest, overwrite=overwrite)
+    except BaseException:
+        discard(tmp)
+        raise
+
+
+def replace_dir(tmp_dir: str | os.PathLike[str], dest: str | os.PathLike[str]) -> str:
+    """Put the finished directory ``tmp_dir`` at ``dest``, replacing any tree there.
+
+    An existing ``dest`` is renamed aside first and removed after the swap, so a reader sees
+    the old tree or the new one (between the two renames, briefly, neither).
+    """
+    tmp_dir, dest = os.fspath(tmp_dir), os.fspath(dest)
+    old = None
+    if os.path.lexists(dest):
+        old = temp_path(dest)
+        os.rename(dest, old)
+    try:
+        os.rename(tmp_dir, dest)
+    except BaseException:
+        if old is not None:
+            os.rename(old, dest)
+        raise
+    fsync_dir(_parent(dest))
+    if old is not None:
+        discard(old)
+    return dest
+
+
+class FileBatch:
+    """Files written completely under temporary names, then published back to back by
+    :meth:`apply` in the order they were added.
+
+    With a journal (``apply(journal=path, root=dir)``, more than one file), the renames are
+    first recorded in that JSON file (paths relative to ``root``), which is removed once they
+    are all durable: a crash between two renames leaves it, and :func:`replay_journal`
+    completes them.
+    """
+
+    JOURNAL_VERSION = 1
+
+    def __init__(self) -> None:
+        self._pending: list[tuple[str, str]] = []
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def add(self, path: str, fill: Callable[[str], None]) -> int:
+        """Write ``path``'s temporary file now with ``fill(tmp)``, fsync it; returns its size."""
+        os.makedirs(_parent(path), exist_ok=True)
+        tmp = temp_path(path)
+        try:
+            fill(tmp)
+            fsync_file(tmp)
+        except BaseException:
+            discard(tmp)
+            raise
+        self._pending.append((tmp, path))
+        return os.path.getsize(tmp)
+
+    def apply(self, journal: str | None = None, *, root: str | None = None) -> None:
+        """Rename every temporary file over its destination, then fsync the directories."""
+        use_journal = journal is not None and len(self._pending) > 1
+        if use_journal:
+            assert journal is not None
+            base = root if root is not None else _parent(journal)
+            doc = {
+                "version": self.JOURNAL_VERSION,
+                "renames": [
+                    [os.path.relpath(t, base), os.path.relpath(p, base)]
+                    for t, p in self._pending
+                ],
+            }
+            write_bytes(journal, (json.dumps(doc, indent=1) + "\n").encode())
+        dirs: list[str] = []
+        for tmp, path in self._pending:
+            os.replace(tmp, path)
+            if _parent(path) not in dirs:
+                dirs.append(_parent(path))
+        self._pending.clear()
+        for d in dirs:
+            fsync_dir(d)
+        if use_journal:
+            assert journal is not None
+            os.remove(journal)
+            fsync_dir(_parent(journal))
+
+    def discard(self) -> None:
+        """Delete the temporary files not yet renamed."""
+        for tmp, _ in self._pending:
+            discard(tmp)
+        self._pending.clear()
+
+
+def _journal_member(base: str, rel: Any, journal: str) -> str:
+    name = os.path.basename(journal)
+    if not isinstance(rel, str) or not rel or os.path.isabs(rel):
+        raise ValueError(f"{name} names {rel!r}, not a path inside {base!r}")
+    norm = os.path.normpath(rel)
+    if norm == ".." or norm.startswith(".." + os.sep):
+        raise ValueError(f"{name} names {rel!r}, outside {base!r}")
+    return os.path.join(base, norm)
+
+
+def replay_journal(journal: str, root: str | None = None) -> list[str]:
+    """Finish the :class:`FileBatch` commit a crash interrupted between its renames.
+
+    Reads ``journal`` (absent: nothing to do; member paths are relative to ``root``,
+    default the journal's directory), renames every temporary file it lists that is
+    still there over its destination (the ones already renamed are gone), fsyncs the
+    directories and deletes the journal.  Returns the destinations renamed now.  Raises
+    ``ValueError`` for a journal that does not read back, a member outside the journal's
+    tree or not a temporary name, or a rename whose temporary file and destination are both
+    missing.
+    """
+    if not os.path.isfile(journal):
+        return []
+    name = os.path.basename(journal)
+    base = root if root is not None else _parent(journal)
+    with open(journal, encoding="utf-8") as fh:
+        doc = json.load(fh)
+    if not isinstance(doc, dict) or doc.get("version") != FileBatch.JOURNAL_VERSION:
+        raise ValueError(f"{name} is not a version-{FileBatch.JOURNAL_VERSION} journal")
+    renames = doc.get("renames")
+    if not isinstance(renames, list) or not all(
+        isinstance(r, list) and len(r) == 2 for r in renames
+    ):
+        raise ValueError(f"{name} has no list of renames")
+    pairs = [(_journal_member(base, t, journal), _journal_member(base, p, journal))
+             for t, p in renames]
+    for tmp, path in pairs:
+        if not is_temp_name(tmp):
+            raise ValueError(f"{name} renames {tmp!r}, not a temporary file")
+        if not os.path.exists(tmp) and not os.path.exists(path):
+            raise ValueError(f"{name}: neither {tmp!r} nor its destination {path!r} exists")
+    done: list[str] = []
+    dirs: list[str] = []
+    for tmp, path in pairs:
+        if os.path.exists(tmp):
+            os.replace(tmp, path)
+            done.append(path)
+        if _parent(path) not in dirs:
+            dirs.append(_parent(path))
+    for d in dirs:
+        fsync_dir(d)
+    os.remove(journal)
+    fsync_dir(_parent(journal))
+    return done
 
 
 class _Syncer:
@@ -304,8 +622,8 @@ class PartFile:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         os.close(fd)
         self._fd = -1
-        os.replace(self.path, self.dest)
-        _fsync_dir(self.dest)
+        publish(self.path, self.dest, sync=False)  # fsynced above, before the page-cache drop
+        fsync_dir(_parent(self.dest))
         return self.dest
 
     def discard(self) -> None:

@@ -35,7 +35,7 @@ import requests
 import urllib3
 
 from numbatraj.errors import DownloadError, IntegrityError
-from numbatraj.io.atomic import SYNC_EVERY_BYTES, PartFile, part_path
+from numbatraj.io.atomic import SYNC_EVERY_BYTES, PartFile, part_path, write_bytes
 from numbatraj.io.hashing import check_sha256_hex, sha256_file
 
 __all__ = ["FetchResult", "fetch", "redact_text", "redact_url"]
@@ -153,12 +153,7 @@ def _write_meta(dest: str, validators: dict[str, str]) -> None:
     if not validators:
         _remove_meta(dest)
         return
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(validators, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    write_bytes(path, json.dumps(validators).encode("utf-8"))
 
 
 def _remove_meta(dest: str) -> None:

@@ -22,7 +22,7 @@ from typing import Any, Self
 import av
 import numpy as np
 
-from numbatraj.errors import NumbatrajError
+from numbatraj.errors import UnsupportedCodecError
 
 __all__ = [
     "CODEC_ALIASES",
@@ -38,10 +38,6 @@ CODEC_ALIASES: dict[str, str] = {"av1": "libsvtav1", "svtav1": "libsvtav1", "h26
 
 #: Video encoders probed by :func:`available_encoders`, in order of preference.
 KNOWN_ENCODERS: tuple[str, ...] = ("libsvtav1", "libaom-av1", "libx264", "libx265", "mpeg4")
-
-
-class UnsupportedCodecError(NumbatrajError, ValueError):
-    """A video codec this PyAV build cannot encode; the message lists those it can."""
 
 
 def available_encoders() -> list[str]:

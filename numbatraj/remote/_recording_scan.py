@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from numbatraj.io.hashing import HASH_BLOCK_BYTES, sha256_file
-from numbatraj.remote._recording_meta import INFO_PATH
+from numbatraj.lerobot.schema import INFO_PATH
 
 __all__ = ["FileStat", "HashCache", "checkpoint_in_progress", "scan_dataset"]
 

@@ -21,8 +21,8 @@ from typing import Any
 
 from numbatraj.errors import IntegrityError
 from numbatraj.io.hashing import check_sha256_hex
+from numbatraj.lerobot.schema import EPISODES_PREFIX, INFO_PATH, named_files, parse_info
 from numbatraj.remote import _recording_db as R
-from numbatraj.remote._recording_meta import EPISODES_PREFIX, INFO_PATH, named_files, parse_info
 from numbatraj.remote.objects import FileObjects, new_object_key
 from numbatraj.remote.service import _HTTPError
 

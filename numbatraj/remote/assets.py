@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,11 +26,11 @@ from typing import Any
 from numbatraj.errors import DeclarationError, NumbatrajError, UnsafeArchiveError
 from numbatraj.io.archive import (
     read_marker,
-    replace_dir,
     safe_extract,
     sniff_kind,
     write_marker,
 )
+from numbatraj.io.atomic import replace_dir, temp_path
 from numbatraj.io.download import fetch
 from numbatraj.remote._assets_kv import PackDecl, find_assets_kv, parse_assets_kv
 from numbatraj.remote._assets_source import describe_source, resolve_source
@@ -186,7 +185,7 @@ def _place(decl: PackDecl, tree: str) -> tuple[int, int]:
     assert marker is not None
     parent = os.path.dirname(decl.dest)
     os.makedirs(parent, exist_ok=True)
-    tmp = os.path.join(parent, f".{os.path.basename(decl.dest)}.place-{secrets.token_hex(4)}")
+    tmp = temp_path(decl.dest)
     os.mkdir(tmp)
     linked = copied = 0
     try:

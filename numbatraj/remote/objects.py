@@ -30,6 +30,7 @@ from typing import Any, Protocol
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 from numbatraj.errors import CatalogRequestError, IntegrityError
+from numbatraj.io.atomic import write_bytes
 from numbatraj.io.hashing import sha256_file
 
 __all__ = [
@@ -129,33 +130,11 @@ class FileObjects:
 
     @staticmethod
     def _make_secret(path: str) -> None:
-        tmp = f"{path}.{os.getpid()}.{secrets.token_hex(8)}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(secrets.token_bytes(_MIN_SECRET_BYTES))
-                f.flush()
-                os.fsync(f.fileno())
-            try:
-                os.link(tmp, path)
-            except FileExistsError:
-                return  # another start placed its key first; that one is read
-            except OSError:  # a file system without hard links
-                if os.path.exists(path):
-                    return
-                os.replace(tmp, path)
-            dfd = os.open(os.path.dirname(path), os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            except OSError:
-                pass
-            finally:
-                os.close(dfd)
-        finally:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
+        try:  # linked into place: another start that placed its key first wins, and is read
+            write_bytes(path, secrets.token_bytes(_MIN_SECRET_BYTES), overwrite=False,
+                        mode=0o600)
+        except FileExistsError:
+            pass
 
     def path_of(self, key: str) -> str:
         """Local path of ``key``; refuses anything that is not a key this service made."""

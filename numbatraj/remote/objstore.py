@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-import secrets
 from http.server import BaseHTTPRequestHandler
 
 from numbatraj.errors import CatalogRequestError
+from numbatraj.io.atomic import discard, publish, temp_path
 from numbatraj.remote.objects import FileObjects
 
 __all__ = ["serve_object_get", "serve_object_put"]
@@ -110,7 +110,7 @@ def serve_object_put(
         return
     path = objects.path_of(key)
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.upload-{secrets.token_hex(6)}"
+    tmp = temp_path(path)
     h = hashlib.sha256()
     got = 0
     try:
@@ -122,8 +122,6 @@ def serve_object_put(
                 h.update(block)
                 out.write(block)
                 got += len(block)
-            out.flush()
-            os.fsync(out.fileno())
         if got != n:
             handler.close_connection = True
             _plain(handler, 400, f"body ended after {got} of {n} bytes; nothing stored")
@@ -132,8 +130,7 @@ def serve_object_put(
             _plain(handler, 400, f"body sha256 {h.hexdigest()} differs from the signed "
                    f"{q.get('sha256')}; nothing stored")
             return
-        os.replace(tmp, path)
+        publish(tmp, path)
         _plain(handler, 200, f"stored {key} ({n} bytes)")
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        discard(tmp)

@@ -38,8 +38,8 @@ import requests
 from numbatraj.errors import DownloadError, NumbatrajError
 from numbatraj.io.download import fetch, redact_text, redact_url
 from numbatraj.io.hashing import sha256_file
+from numbatraj.lerobot.schema import INFO_PATH, named_files, order_key
 from numbatraj.remote._recording_db import check_dataset, check_project, check_rel_path
-from numbatraj.remote._recording_meta import INFO_PATH, named_files, order_key
 from numbatraj.remote._recording_scan import (
     FileStat,
     HashCache,

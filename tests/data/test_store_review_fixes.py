@@ -70,7 +70,7 @@ def test_scalar_episode_index_is_a_clear_problem(tmp_path):
 
 def test_destination_appearing_while_writing_keeps_the_finished_store(tmp_path):
     path = tmp_path / "s.h5"
-    with pytest.raises(FileExistsError, match="finished store is left at"):
+    with pytest.raises(FileExistsError, match="finished file is left at"):
         with TrajectoryStoreWriter(path, [ColumnSpec("x", np.int32)]) as w:
             w.append("x", np.arange(4, dtype=np.int32))
             w.end_episode()

@@ -1,7 +1,7 @@
 """Generate LeRobot v3.0 datasets built to break an importer's bookkeeping.
 
 :func:`write_dataset` turns a declarative :class:`DatasetSpec` into a directory with
-pyarrow and PyAV, using the schema names of :mod:`numbatraj.importers._lerobot_schema`
+pyarrow and PyAV, using the schema names of :mod:`numbatraj.lerobot.schema`
 (so a LeRobot writer can share them).  What it can make awkward on purpose:
 
 - unequal episode lengths, rows shuffled inside the data files;
@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from numbatraj.importers import _lerobot_schema as S
+from numbatraj.lerobot import schema as S
 
 __all__ = [
     "PAD_EPISODE",

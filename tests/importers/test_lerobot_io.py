@@ -16,10 +16,10 @@ import pytest
 from PIL import Image
 
 from numbatraj.errors import DiskSpaceError, IntegrityError, SchemaError
-from numbatraj.importers import _lerobot_schema as S
 from numbatraj.io import diskspace
 from numbatraj.io.parquet import column_to_numpy, parquet_num_rows, read_parquet, table_to_numpy
 from numbatraj.io.video import FrameCursor, probe_video, resize_rgb
+from numbatraj.lerobot import schema as S
 
 # ----------------------------------------------------------------- parquet
 

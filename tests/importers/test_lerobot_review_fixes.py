@@ -10,10 +10,10 @@ import os
 import numpy as np
 import pytest
 
-from numbatraj.importers import _lerobot_schema as S
 from numbatraj.importers import lerobot as lerobot_import
 from numbatraj.importers._lerobot_write_meta import JOURNAL_PATH
 from numbatraj.importers.lerobot_writer import LeRobotWriter, ResumeError
+from numbatraj.lerobot import schema as S
 from tests.importers.test_lerobot_writer_support import (
     Recorded,
     add_episodes,

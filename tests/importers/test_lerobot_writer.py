@@ -14,10 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from numbatraj.errors import EpisodeError, SchemaError
-from numbatraj.importers import _lerobot_schema as S
 from numbatraj.importers.lerobot_writer import DatasetExistsError, LeRobotWriter
 from numbatraj.io.video import probe_video
 from numbatraj.io.video_encode import UnsupportedCodecError, available_encoders
+from numbatraj.lerobot import schema as S
 from tests.importers.test_lerobot_writer_support import (
     ACTION_NAMES,
     CAMERAS,

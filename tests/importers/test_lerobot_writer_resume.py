@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 from numbatraj.errors import EpisodeError
-from numbatraj.importers import _lerobot_schema as S
 from numbatraj.importers.lerobot_writer import (
     DatasetExistsError,
     LeRobotWriter,
@@ -23,6 +22,7 @@ from numbatraj.importers.lerobot_writer import (
     refuse_existing_dataset,
     reject_episode,
 )
+from numbatraj.lerobot import schema as S
 from tests.importers.test_lerobot_writer_support import (
     Recorded,
     add_episodes,

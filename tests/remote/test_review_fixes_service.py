@@ -189,7 +189,7 @@ def _info_and_table(
 
 
 def test_good_templates_name_the_files() -> None:
-    from numbatraj.remote._recording_meta import named_files
+    from numbatraj.lerobot.schema import named_files
     from tests.remote.test_recording_sync import CAM
 
     info, tables = _info_and_table()
@@ -204,7 +204,7 @@ def test_good_templates_name_the_files() -> None:
 @pytest.mark.parametrize(("key", "tpl", "why"), BAD_TEMPLATES)
 def test_bad_template_is_an_integrity_error(key: str, tpl: Any, why: str) -> None:
     from numbatraj.errors import IntegrityError
-    from numbatraj.remote._recording_meta import named_files
+    from numbatraj.lerobot.schema import named_files
 
     info, tables = _info_and_table(key, tpl)
     with pytest.raises(IntegrityError) as ei:
@@ -216,7 +216,7 @@ def test_bad_template_is_an_integrity_error(key: str, tpl: Any, why: str) -> Non
 @pytest.mark.parametrize("cell", [None, 1.5, -1])
 def test_bad_index_cell_is_an_integrity_error(cell: Any) -> None:
     from numbatraj.errors import IntegrityError
-    from numbatraj.remote._recording_meta import named_files
+    from numbatraj.lerobot.schema import named_files
 
     info, tables = _info_and_table(chunk=[0, cell])
     with pytest.raises(IntegrityError, match=r"'data/chunk_index' row \d is .*not a non-neg"):
