@@ -21,7 +21,8 @@ the held rows (finite leaves >= 0, 0 where no row is held).  A failure is an
 the leaves by :meth:`~numbatraj.samplers.SumTree.load_leaves` (the same bits as the saved
 tree).
 
-The file is written to ``<path>.tmp``, fsynced and renamed.  Loading reads each dataset
+The file is written under a temporary name beside ``path`` and published by
+``numbatraj.io.atomic`` (fsync, rename, fsync of the directory).  Loading reads each dataset
 straight into the new replay's preallocated arrays where it can (``read_direct``), so it
 needs the buffer's memory once, not twice.
 """
@@ -40,6 +41,7 @@ import numpy as np
 
 from numbatraj.data.column import ColumnSpec
 from numbatraj.errors import IntegrityError
+from numbatraj.io.atomic import discard, publish, temp_path
 
 __all__ = [
     "FORMAT_VERSION",
@@ -118,7 +120,7 @@ def write_checkpoint(
     path = os.fspath(path)
     if os.path.isdir(path):
         raise IsADirectoryError(f"checkpoint path {path!r} is a directory")
-    tmp = path + ".tmp"
+    tmp = temp_path(path)
     try:
         with h5py.File(tmp, "w") as f:
             f.attrs["numbatraj_replay"] = FORMAT_VERSION
@@ -217,38 +219,6 @@ def held_rows(capacity: int, demo_capacity: int, n_demo: int, size: int) -> np.n
     held[:n_demo] = True
     held[demo_capacity : demo_capacity + size] = True
     return held
-
-
-def publish(tmp: str, path: str) -> None:
-    """fsync the finished ``tmp``, rename it to ``path`` and fsync the directory."""
-    fd = os.open(tmp, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    _fsync_dir(path)
-
-
-def discard(tmp: str) -> None:
-    """Remove a half-written temporary file, if any."""
-    try:
-        os.remove(tmp)
-    except FileNotFoundError:
-        pass
-
-
-def _fsync_dir(path: str) -> None:
-    """fsync the directory holding ``path`` so the rename is durable (no-op where a
-    directory cannot be opened)."""
-    try:
-        fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 _CHUNK_BYTES = 1 << 20

@@ -18,7 +18,6 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from numbatraj.data.column import ColumnSpec
-
 from numbatraj.data.store import TrajectoryStore
 from numbatraj.data.writer import TrajectoryStoreWriter
 from numbatraj.errors import SchemaError

@@ -27,7 +27,7 @@ from numbatraj.data.column import ColumnSpec
 from numbatraj.data.index_batch import IndexBatch
 from numbatraj.errors import IntegrityError, SamplerError, SchemaError
 from numbatraj.replay import _checkpoint as ck
-from numbatraj.replay import _draw, _lanes
+from numbatraj.replay import _lanes
 from numbatraj.replay._front import ReplayFront
 from numbatraj.replay.buffer import StoreReplay
 from numbatraj.samplers import SumTree

@@ -48,20 +48,17 @@ from numbatraj.samplers._sumtree_kernels import (
     range_min_py,
 )
 
+#: the device compiles (``*_dev``) are module attributes too, loaded on first access
 __all__ = [
     "descend",
     "descend_py",
     "mulhi64",
-    "mulhi64_dev",
     "mulhi64_py",
     "philox4x32",
     "philox4x32_10_py",
-    "philox4x32_dev",
     "philox_index",
-    "philox_index_dev",
     "philox_index_py",
     "philox_uniform",
-    "philox_uniform_dev",
     "philox_uniform_py",
     "prefix_mass",
     "prefix_mass_py",

@@ -70,7 +70,9 @@ class SequenceWindowSampler:
         keeps each window inside one episode, like :meth:`draw_starts_in_episodes`.
     """
 
-    def __init__(self, episodes: Any, window: int, seed: int = 0, within_episode: bool = False) -> None:
+    def __init__(
+        self, episodes: Any, window: int, seed: int = 0, within_episode: bool = False
+    ) -> None:
         self._lengths = _episode_lengths(episodes)
         self._window = check_count("window", window)
         self._seed = check_seed(seed)

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from numbatraj.replay import StoreReplay
-from numbatraj.samplers import kernels as pk
 from numbatraj.samplers import SumTree
+from numbatraj.samplers import kernels as pk
 from tests.reference import per_weights_ref, sample_ranges_ref
 from tests.replay.helpers import row_ids, rows, sac_columns
 
