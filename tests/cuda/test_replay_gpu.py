@@ -387,3 +387,16 @@ def test_device_checkpoint_without_present_rebuilds_it_from_the_ring(tmp_path):
     back = StoreReplayGpu.load(path)
     np.testing.assert_array_equal(back._sums.copy_to_host(), gpu._sums.copy_to_host())
     np.testing.assert_array_equal(back._mins.copy_to_host(), gpu._mins.copy_to_host())
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_device_state_dict_resumes_the_streams(prioritized):
+    gpu, cpu = _pair(prioritized=prioritized, demo_capacity=4, demo_fraction=0.25)
+    _fill(gpu, cpu, demos=2)
+    gpu.sample_indices(8)
+    back, _ = _pair(prioritized=prioritized, demo_capacity=4, demo_fraction=0.25)
+    back.load_state_dict(gpu.state_dict())
+    for _ in range(2):
+        a = gpu.sample_indices(8).indices.copy_to_host()
+        b = back.sample_indices(8).indices.copy_to_host()
+        np.testing.assert_array_equal(a, b)

@@ -196,3 +196,27 @@ def test_load_refuses_sampler_rows_that_disagree_with_the_ring(tmp_path, what):
              "nan": r"r\.ckpt.*row 0: leaf nan, present=True"}[what]
     with pytest.raises(IntegrityError, match=match):
         StoreReplay.load(path)
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_state_dict_resumes_like_a_checkpoint(prioritized):
+    rep = _build(prioritized, demo_fraction=0.25)
+    state = rep.state_dict()
+    back = StoreReplay(sac_columns(), 12, prioritized=prioritized, seed=5, demo_capacity=3,
+                       quantize={"next_obs": (-1.0, 400.0)}, demo_fraction=0.25)
+    back.load_state_dict(state)
+    assert (back.cursor, back.size, back.n_demo, back.n_added) == (
+        rep.cursor, rep.size, rep.n_demo, rep.n_added)
+    for a, b in zip(_run(rep), _run(back)):
+        np.testing.assert_array_equal(a[0], b[0])
+        for name in a[1]:
+            np.testing.assert_array_equal(a[1][name], b[1][name])
+    other = StoreReplay(sac_columns(), 13, prioritized=prioritized)
+    with pytest.raises(SchemaError, match="another replay configuration"):
+        other.load_state_dict(state)
+    if prioritized:
+        state["tree"]["leaves"][2] = 1.0  # the unfilled demo row
+        bad = StoreReplay(sac_columns(), 12, prioritized=True, seed=5, demo_capacity=3,
+                          quantize={"next_obs": (-1.0, 400.0)}, demo_fraction=0.25)
+        with pytest.raises(IntegrityError, match="leaf 1.0, present=False"):
+            bad.load_state_dict(state)
