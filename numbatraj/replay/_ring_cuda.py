@@ -4,7 +4,8 @@ Imported lazily by ``gpu.py`` (importing it imports ``numba.cuda``).  The scalar
 ``_ring_kernels.py``, ``_quantize_kernels.py``, ``_split.py``, ``_lanes.py`` and
 ``samplers/kernels.py`` are compiled here as device functions, with the names they call
 rebound to device compiles (``numbatraj._jit.device_twin``), so the device and its host
-twin agree bit for bit by construction.  Kernels take arrays and scalars only, never allocate, never raise.
+twin agree bit for bit by construction.  Kernels take arrays and scalars only, never
+allocate, never raise.
 """
 
 from __future__ import annotations

@@ -252,10 +252,6 @@ class StoreReplay(ReplayFront):
         if self._per is not None:
             self._per.note_added(np.arange(self._n_demo, self._n_demo + n, dtype=np.int64))
 
-    def _ring_changed(self) -> None:
-        if self._uni is not None:  # the uniform sampler's population: every held row
-            self._uni.n_rows = self._n_demo + self._size
-
     def _add_one(self, plan: tuple[np.ndarray, ...], values: list[Any]) -> int:
         """One checked row (:meth:`ReplayColumns.single_row`) into ring slot ``cursor``.
 
@@ -272,8 +268,6 @@ class StoreReplay(ReplayFront):
         self._cursor = cur + 1 if cur + 1 < r else 0
         if self._size < r:
             self._size += 1
-            if self._uni is not None:
-                self._uni.n_rows = self._n_demo + self._size
         self._n_added += 1
         return 1
 
@@ -322,6 +316,9 @@ class StoreReplay(ReplayFront):
                 per.sample_ranges_into(idx[m:], w[m:], st[m:], lo0, hi0, lo1, hi1)
             return
         assert uni is not None
+        n = self._n_demo + self._size
+        if uni.n_rows != n:  # the population (every held row) grew since the last draw
+            uni.n_rows = n
         if m < 0:
             uni.sample_into(idx)
             start = window_start_py(self._cursor, self._size, self._r)
@@ -474,8 +471,6 @@ class StoreReplay(ReplayFront):
         self._set_ring_state(ring)
         if self._per is not None:
             self._beta = self._per.beta
-        else:
-            self._ring_changed()
 
     def _host_rows(self) -> StoreReplay:
         return self

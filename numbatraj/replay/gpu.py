@@ -395,5 +395,4 @@ class StoreReplayGpu(ReplayFront):
         for name in self._cols.names:
             host._data[name][...] = self.storage(name)
         host._set_ring_state(self._ring_state())
-        host._ring_changed()
         return host

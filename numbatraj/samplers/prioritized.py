@@ -31,24 +31,29 @@ from numbatraj.samplers.sumtree import SumTree, check_rows, check_values
 __all__ = ["PrioritizedSampler"]
 
 
+_I64 = np.dtype(np.int64)
+_F32 = np.dtype(np.float32)
+
+
 def _check_outputs(indices: Any, weights: Any, stamps: Any) -> int:
     """The three output arrays of a draw: C-contiguous, writeable, one length ``B >= 1``."""
     b = indices.shape[0] if isinstance(indices, np.ndarray) else -1
-    for name, a, dt in (("indices", indices, np.int64), ("weights", weights, np.float32),
-                        ("stamps", stamps, np.int64)):
-        if (
-            type(a) is not np.ndarray
-            or a.dtype != dt
-            or a.shape != (b,)
-            or not a.flags.c_contiguous
-            or not a.flags.writeable
-        ):
+    for name, a, dt in (("indices", indices, _I64), ("weights", weights, _F32),
+                        ("stamps", stamps, _I64)):
+        if type(a) is not np.ndarray or a.dtype != dt or a.shape != (b,):
+            ok = False
+        else:
+            f = a.flags
+            ok = f.c_contiguous and f.writeable
+        if not ok:
             got = f"{a.dtype} {a.shape}" if isinstance(a, np.ndarray) else type(a).__name__
             raise SamplerError(
-                f"{name} must be a writeable C-contiguous {np.dtype(dt).name} array of "
+                f"{name} must be a writeable C-contiguous {dt.name} array of "
                 f"shape (B,) like indices, got {got}"
             )
-    return check_count("batch_size", b)
+    if b < 1:
+        check_count("batch_size", b)
+    return b
 
 
 class PrioritizedSampler:
@@ -307,6 +312,9 @@ class PrioritizedSampler:
         """
         _check_outputs(indices, weights, stamps)
         c = self._capacity
+        if not (type(lo0) is type(hi0) is type(lo1) is type(hi1) is int):
+            lo0, hi0, lo1, hi1 = (check_count(nm, v, minimum=0) for nm, v in
+                                  (("lo0", lo0), ("hi0", hi0), ("lo1", lo1), ("hi1", hi1)))
         if not (0 <= lo0 < hi0 <= c and 0 <= lo1 <= hi1 <= c):
             raise SamplerError(
                 f"row ranges [{lo0}, {hi0}) and [{lo1}, {hi1}) must lie in [0, {c}), the "

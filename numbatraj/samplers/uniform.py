@@ -36,16 +36,19 @@ def uniform_rows(gen: np.random.Generator, lo: int, n: int, batch_size: int) -> 
 
 def _check_out(out: Any) -> int:
     """``out`` must be a writeable C-contiguous int64 ``(B,)`` array, ``B >= 1``; returns B."""
-    if (
-        type(out) is not np.ndarray
-        or out.dtype != np.int64
-        or out.ndim != 1
-        or not out.flags.c_contiguous
-        or not out.flags.writeable
-    ):
+    if type(out) is not np.ndarray or out.dtype != _I64 or out.ndim != 1:
+        ok = False
+    else:
+        f = out.flags
+        ok = f.c_contiguous and f.writeable
+    if not ok:
         got = f"{out.dtype} {out.shape}" if isinstance(out, np.ndarray) else type(out).__name__
         raise SamplerError(f"out must be a writeable C-contiguous int64 (B,) array, got {got}")
-    return check_count("batch_size", out.shape[0])
+    b: int = out.shape[0]
+    return b if b >= 1 else check_count("batch_size", b)
+
+
+_I64 = np.dtype(np.int64)
 
 
 class UniformSampler:
@@ -156,8 +159,10 @@ class UniformSampler:
             ``out``.
         """
         b = _check_out(out)
-        lo = check_count("lo", lo, minimum=0)
-        n = check_count("n", n)
+        if type(lo) is not int or lo < 0:
+            lo = check_count("lo", lo, minimum=0)
+        if type(n) is not int or n < 1:
+            n = check_count("n", n)
         if lo + n > self._n:
             raise SamplerError(
                 f"range [{lo}, {lo + n}) is outside the population [0, {self._n})"
