@@ -26,7 +26,7 @@ ALLOWED = {
     "remote": {"io", "data", "lerobot"},
 }
 # top-level modules any layer may use
-SHARED = {"errors", "_jit", "_cuda", "_version"}
+SHARED = {"errors", "_jit", "_cuda", "_checks", "_version"}
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:
