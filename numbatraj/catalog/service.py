@@ -8,7 +8,7 @@ HTTP + JSON on the standard library's threading server::
     POST /v1/datasets                                 write   register: pending + presigned PUT
     POST /v1/datasets/<name>/<version>/complete       write   check size + digest, then ready
     ... /v1/recordings/<project>[/<dataset>[/...]]    recordings mirrored file by file
-                                                      (see :mod:`._recording_service`)
+                                                      (see :mod:`.recordings`)
 
 Keys travel as ``Authorization: Bearer <key>``: none or an unknown one is ``401``, a read
 key on a write route ``403``.  With the embedded ``file://`` object backend the same process
@@ -19,49 +19,133 @@ pass through this process.
 
 from __future__ import annotations
 
-import json
-import re
 import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import unquote
 
+from numbatraj.catalog._http import HTTPError, Request, body_int, body_sha256, body_text
+from numbatraj.catalog.db import CatalogDB, DatasetRecord, open_db
+from numbatraj.catalog.objects import FileObjects, ObjectBackend, new_object_key, open_objects
+from numbatraj.catalog.objstore import serve_object_get, serve_object_put
+from numbatraj.catalog.protocol import check_name, check_version
+from numbatraj.catalog.recordings import RecordingRoutes
 from numbatraj.errors import CatalogRequestError
-from numbatraj.io.hashing import check_sha256_hex
-from numbatraj.remote.db import CatalogDB, DatasetRecord, check_name, check_version, open_db
-from numbatraj.remote.objects import FileObjects, S3Objects, new_object_key, open_objects
-from numbatraj.remote.objstore import serve_object_get, serve_object_put
 
-__all__ = ["CatalogService"]
-
-_MAX_JSON = 64 << 10
-_TEXT = re.compile(r"[\x20-\x7e]{0,200}")
+__all__ = ["CatalogService", "DatasetRoutes"]
 
 
-class _HTTPError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
+class DatasetRoutes:
+    """The ``/v1/datasets...`` routes over one database and object backend.
 
+    Parameters
+    ----------
+    db : CatalogDB
+        Holds the rows.
+    objects : ObjectBackend
+        Where the bytes go; presigns the transfers and checks uploads.
+    get_expiry_s, put_expiry_s : int
+        Lifetime of presigned download / upload URLs.
+    """
 
-def _opt_int(body: dict[str, Any], key: str) -> int | None:
-    v = body.get(key)
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise _HTTPError(400, f"{key} must be an integer or null, got {v!r}")
-    return v
+    def __init__(
+        self, db: CatalogDB, objects: ObjectBackend, *, get_expiry_s: int, put_expiry_s: int
+    ) -> None:
+        self.db = db
+        self.objects = objects
+        self.get_expiry_s = get_expiry_s
+        self.put_expiry_s = put_expiry_s
 
+    def route(self, req: Request, segs: list[str]) -> None:
+        """Answer a ``/v1/datasets...`` request; ``segs`` are the path parts after it."""
+        cmd = req.method
+        if cmd == "GET" and not segs:
+            req.auth("read")
+            name = req.query.get("name")
+            rows = self.db.list_rows(check_name(name) if name else None)
+            req.respond(200, {"datasets": [r.public() for r in rows]})
+        elif cmd == "GET" and len(segs) == 1:
+            req.auth("read")
+            req.respond(200, self._describe(check_name(segs[0]), req.query.get("version")))
+        elif cmd == "POST" and not segs:
+            req.auth("write")
+            status, out = self._register(req.read_json())
+            req.respond(status, out)
+        elif cmd == "POST" and len(segs) == 3 and segs[2] == "complete":
+            req.auth("write")
+            req.respond(200, self._complete(check_name(segs[0]), check_version(segs[1])))
+        else:
+            raise HTTPError(404, f"no route {cmd} {req.path}")
 
-def _opt_text(body: dict[str, Any], key: str) -> str | None:
-    v = body.get(key)
-    if v is None:
-        return None
-    if not isinstance(v, str) or not _TEXT.fullmatch(v):
-        raise _HTTPError(400, f"{key} must be printable ASCII of at most 200 chars, got {v!r}")
-    return v
+    def _describe(self, name: str, version: str | None) -> dict[str, Any]:
+        db = self.db
+        if version is None:
+            rec = db.latest_ready(name)
+            if rec is None:
+                pending = db.list_rows(name)
+                if pending:
+                    raise HTTPError(
+                        409, f"dataset {name!r} has no ready version (pending: "
+                        + ", ".join(r.version for r in pending) + ")",
+                    )
+                raise HTTPError(404, f"no dataset named {name!r}")
+        else:
+            rec = db.get(name, check_version(version))
+            if rec is None:
+                raise HTTPError(404, f"no dataset {name!r} version {version!r}")
+            if rec.status != "ready":
+                raise HTTPError(
+                    409, f"dataset {name!r} version {version!r} is {rec.status}: its upload "
+                    "was never completed, so it cannot be downloaded",
+                )
+        url = self.objects.presign_get(rec.object_key, self.get_expiry_s)
+        return {**rec.public(), "download": url.public()}
+
+    def _register(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        name = check_name(body.get("name"))
+        version = check_version(body.get("version"))
+        digest = body_sha256(body.get("sha256"), "sha256")
+        size = body_int(body, "bytes")
+        if size is None or size < 0:
+            raise HTTPError(400, f"bytes must be a non-negative integer, got {size!r}")
+        existing = self.db.get(name, version)
+        if existing is not None and existing.status == "ready":
+            if existing.sha256 == digest and existing.bytes == size:
+                return 200, {**existing.public(), "upload": None}
+            raise HTTPError(
+                409, f"dataset {name!r} version {version!r} is ready and immutable "
+                f"(sha256 {existing.sha256}, {existing.bytes} bytes); push a new version",
+            )
+        now = time.time()
+        rec = DatasetRecord(
+            name=name, version=version, sha256=digest, bytes=size,
+            env_id=body_text(body, "env_id"), n_rows=body_int(body, "n_rows"),
+            seed=body_int(body, "seed"), source_commit=body_text(body, "source_commit"),
+            status="pending", object_key=new_object_key(name, version),
+            created_at=now, updated_at=now,
+        )
+        self.db.put_pending(rec)
+        put = self.objects.presign_put(rec.object_key, self.put_expiry_s, digest, size)
+        return 201, {**rec.public(), "upload": put.public()}
+
+    def _complete(self, name: str, version: str) -> dict[str, Any]:
+        rec = self.db.get(name, version)
+        if rec is None:
+            raise HTTPError(404, f"no dataset {name!r} version {version!r} was registered")
+        if rec.status == "pending":
+            problem = self.objects.check(rec.object_key, rec.sha256, rec.bytes)
+            if problem is not None:
+                raise HTTPError(409, f"{name} {version} stays pending: {problem}")
+            if not self.db.mark_ready(rec):
+                raise HTTPError(
+                    409, f"dataset {name!r} version {version!r} was registered again while "
+                    "its upload was being checked; complete the new registration's upload",
+                )
+            rec = self.db.get(name, version)
+            assert rec is not None
+        return rec.public()
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -72,185 +156,45 @@ class _Handler(BaseHTTPRequestHandler):
         if self.server.verbose:
             sys.stderr.write(f"{self.address_string()} {format % args}\n")
 
-    # -- plumbing --------------------------------------------------------------------------
-
-    def _json(self, status: int, obj: Any) -> None:
-        body = json.dumps(obj).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _drain(self) -> None:
-        """Consume an unread request body so the kept-alive connection stays in step."""
-        if getattr(self, "_body_read", False):
-            return
-        n = self.headers.get("Content-Length") or "0"
-        if n.isdigit() and int(n) <= _MAX_JSON:
-            self.rfile.read(int(n))
-        else:
-            self.close_connection = True
-
-    def _read_json(self) -> dict[str, Any]:
-        self._body_read = True
-        n = int(self.headers.get("Content-Length") or 0)
-        if n > _MAX_JSON:
-            self.close_connection = True
-            raise _HTTPError(413, f"request body of {n} bytes exceeds {_MAX_JSON}")
-        try:
-            obj = json.loads(self.rfile.read(n) or b"{}")
-        except json.JSONDecodeError as exc:
-            raise _HTTPError(400, f"request body is not JSON: {exc}") from None
-        if not isinstance(obj, dict):
-            raise _HTTPError(400, "request body must be a JSON object")
-        return obj
-
-    def _auth(self, need: str) -> str:
-        header = self.headers.get("Authorization", "")
-        scheme, _, key = header.partition(" ")
-        if scheme.lower() != "bearer" or not key.strip():
-            raise _HTTPError(401, "missing API key: send 'Authorization: Bearer <key>'")
-        role = self.server.db.role_of(key.strip())
-        if role is None:
-            raise _HTTPError(401, "API key not recognised")
-        if need == "write" and role != "write":
-            raise _HTTPError(403, f"a {role} key cannot {self.command} {self.path.split('?')[0]}")
-        return role
-
-    def _route(self) -> None:
-        parts = urlsplit(self.path)
-        path = parts.path
-        q = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    def _route(self, req: Request) -> None:
         srv = self.server
-        if path.startswith("/objects/") and isinstance(srv.objects, FileObjects):
-            key = unquote(path[len("/objects/") :])
+        objects = srv.objects
+        if req.path.startswith("/objects/") and isinstance(objects, FileObjects):
+            key = unquote(req.path[len("/objects/") :])
             if self.command == "PUT":
-                serve_object_put(self, srv.objects, key, parts.query)
+                serve_object_put(self, objects, key, req.raw_query)
             else:
-                sent = serve_object_get(self, srv.objects, key, parts.query)
+                sent = serve_object_get(self, objects, key, req.raw_query)
                 with srv.lock:
                     srv.object_bytes_served += sent
             return
-        segs = [unquote(s) for s in path.strip("/").split("/")]
+        segs = req.segs
         if self.command == "GET" and segs == ["v1", "health"]:
-            self._json(200, {"ok": True, "objects": srv.objects.description})
-        elif self.command == "GET" and segs == ["v1", "datasets"]:
-            self._auth("read")
-            rows = srv.db.list_rows(check_name(q["name"]) if q.get("name") else None)
-            self._json(200, {"datasets": [r.public() for r in rows]})
-        elif self.command == "GET" and len(segs) == 3 and segs[:2] == ["v1", "datasets"]:
-            self._auth("read")
-            self._json(200, self._describe(check_name(segs[2]), q.get("version")))
-        elif self.command == "POST" and segs == ["v1", "datasets"]:
-            self._auth("write")
-            status, out = self._register(self._read_json())
-            self._json(status, out)
-        elif (
-            self.command == "POST" and len(segs) == 5 and segs[:2] == ["v1", "datasets"]
-            and segs[4] == "complete"
-        ):
-            self._auth("write")
-            self._json(200, self._complete(check_name(segs[2]), check_version(segs[3])))
+            req.respond(200, {"ok": True, "objects": objects.description})
+        elif segs[:2] == ["v1", "datasets"]:
+            srv.datasets.route(req, segs[2:])
         elif len(segs) >= 2 and segs[:2] == ["v1", "recordings"]:
-            from numbatraj.remote._recording_service import route_recording
-
-            route_recording(self, segs[2:])
+            srv.recordings.route(req, segs[2:])
         else:
-            raise _HTTPError(404, f"no route {self.command} {path}")
+            raise HTTPError(404, f"no route {self.command} {req.path}")
 
     def _handle(self) -> None:
-        self._body_read = False
+        req = Request(self, self.server.db)
         try:
-            self._route()
-        except _HTTPError as exc:
-            self._drain()
-            self._json(exc.status, {"error": str(exc)})
+            self._route(req)
+        except HTTPError as exc:
+            req.drain()
+            req.respond(exc.status, {"error": str(exc)})
         except CatalogRequestError as exc:
-            self._drain()
-            self._json(400, {"error": str(exc)})
+            req.drain()
+            req.respond(400, {"error": str(exc)})
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         except Exception as exc:  # noqa: BLE001 - answer 500 rather than drop the socket
-            self._drain()
-            self._json(500, {"error": f"internal error: {type(exc).__name__}: {exc}"})
+            req.drain()
+            req.respond(500, {"error": f"internal error: {type(exc).__name__}: {exc}"})
 
     do_GET = do_POST = do_PUT = do_HEAD = _handle
-
-    # -- the catalog -----------------------------------------------------------------------
-
-    def _describe(self, name: str, version: str | None) -> dict[str, Any]:
-        srv = self.server
-        if version is None:
-            rec = srv.db.latest_ready(name)
-            if rec is None:
-                pending = srv.db.list_rows(name)
-                if pending:
-                    raise _HTTPError(
-                        409, f"dataset {name!r} has no ready version (pending: "
-                        + ", ".join(r.version for r in pending) + ")",
-                    )
-                raise _HTTPError(404, f"no dataset named {name!r}")
-        else:
-            rec = srv.db.get(name, check_version(version))
-            if rec is None:
-                raise _HTTPError(404, f"no dataset {name!r} version {version!r}")
-            if rec.status != "ready":
-                raise _HTTPError(
-                    409, f"dataset {name!r} version {version!r} is {rec.status}: its upload "
-                    "was never completed, so it cannot be downloaded",
-                )
-        url = srv.objects.presign_get(rec.object_key, srv.get_expiry_s)
-        return {**rec.public(), "download": url.public()}
-
-    def _register(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        srv = self.server
-        name = check_name(body.get("name"))  # type: ignore[arg-type]
-        version = check_version(body.get("version"))  # type: ignore[arg-type]
-        try:
-            digest = check_sha256_hex(body.get("sha256"), what="sha256")  # type: ignore[arg-type]
-        except ValueError as exc:
-            raise _HTTPError(400, str(exc)) from None
-        size = _opt_int(body, "bytes")
-        if size is None or size < 0:
-            raise _HTTPError(400, f"bytes must be a non-negative integer, got {size!r}")
-        existing = srv.db.get(name, version)
-        if existing is not None and existing.status == "ready":
-            if existing.sha256 == digest and existing.bytes == size:
-                return 200, {**existing.public(), "upload": None}
-            raise _HTTPError(
-                409, f"dataset {name!r} version {version!r} is ready and immutable "
-                f"(sha256 {existing.sha256}, {existing.bytes} bytes); push a new version",
-            )
-        now = time.time()
-        rec = DatasetRecord(
-            name=name, version=version, sha256=digest, bytes=size,
-            env_id=_opt_text(body, "env_id"), n_rows=_opt_int(body, "n_rows"),
-            seed=_opt_int(body, "seed"), source_commit=_opt_text(body, "source_commit"),
-            status="pending", object_key=new_object_key(name, version),
-            created_at=now, updated_at=now,
-        )
-        srv.db.put_pending(rec)
-        put = srv.objects.presign_put(rec.object_key, srv.put_expiry_s, digest, size)
-        return 201, {**rec.public(), "upload": put.public()}
-
-    def _complete(self, name: str, version: str) -> dict[str, Any]:
-        srv = self.server
-        rec = srv.db.get(name, version)
-        if rec is None:
-            raise _HTTPError(404, f"no dataset {name!r} version {version!r} was registered")
-        if rec.status == "pending":
-            problem = srv.objects.check(rec.object_key, rec.sha256, rec.bytes)
-            if problem is not None:
-                raise _HTTPError(409, f"{name} {version} stays pending: {problem}")
-            if not srv.db.mark_ready(rec):
-                raise _HTTPError(
-                    409, f"dataset {name!r} version {version!r} was registered again while "
-                    "its upload was being checked; complete the new registration's upload",
-                )
-            rec = srv.db.get(name, version)
-            assert rec is not None
-        return rec.public()
 
 
 class _Server(ThreadingHTTPServer):
@@ -261,7 +205,7 @@ class _Server(ThreadingHTTPServer):
         self,
         addr: tuple[str, int],
         db: CatalogDB,
-        objects: FileObjects | S3Objects,
+        objects: ObjectBackend,
         get_expiry_s: int,
         put_expiry_s: int,
         verbose: bool,
@@ -269,8 +213,9 @@ class _Server(ThreadingHTTPServer):
         super().__init__(addr, _Handler)
         self.db = db
         self.objects = objects
-        self.get_expiry_s = get_expiry_s
-        self.put_expiry_s = put_expiry_s
+        expiry = {"get_expiry_s": get_expiry_s, "put_expiry_s": put_expiry_s}
+        self.datasets = DatasetRoutes(db, objects, **expiry)
+        self.recordings = RecordingRoutes(db, objects, **expiry)
         self.verbose = verbose
         self.lock = threading.Lock()
         self.object_bytes_served = 0
@@ -283,8 +228,9 @@ class CatalogService:
     ----------
     db : str or CatalogDB
         ``sqlite:///catalog.db``, ``postgresql://...``, or an open :class:`CatalogDB`.
-    objects : str or backend
-        ``file:///srv/objects`` or ``s3://bucket?endpoint=...&region=auto``.
+    objects : str or ObjectBackend
+        ``file:///srv/objects`` or ``s3://bucket?endpoint=...&region=auto``, or an open
+        backend (:class:`~numbatraj.catalog.objects.FileObjects`, ``S3Objects``).
     host, port : str, int
         Where to listen; port 0 picks a free one.
     public_url : str, optional
@@ -305,7 +251,7 @@ class CatalogService:
     def __init__(
         self,
         db: str | CatalogDB,
-        objects: str | FileObjects | S3Objects,
+        objects: str | ObjectBackend,
         *,
         host: str = "127.0.0.1",
         port: int = 0,
@@ -315,7 +261,9 @@ class CatalogService:
         verbose: bool = False,
     ) -> None:
         self.db = open_db(db) if isinstance(db, str) else db
-        self.objects = open_objects(objects) if isinstance(objects, str) else objects
+        self.objects: ObjectBackend = (
+            open_objects(objects) if isinstance(objects, str) else objects
+        )
         self._srv = _Server(
             (host, port), self.db, self.objects, get_expiry_s, put_expiry_s, verbose
         )
