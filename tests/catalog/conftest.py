@@ -1,16 +1,19 @@
-"""Fixtures for the catalog tests: a running service on 127.0.0.1 and a small store."""
+"""Fixtures for the catalog tests (and the client's, in tests/remote): a running service on
+127.0.0.1 and a small store."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from numbatraj import ColumnSpec, TrajectoryStoreWriter
-from numbatraj.remote import CatalogService, RemoteCatalog
+from numbatraj.catalog import CatalogService
+from numbatraj.remote import RemoteCatalog
 
 
 @dataclass
@@ -46,6 +49,18 @@ def write_store(path: Path, rng: np.random.Generator, n_rows: int = 3000) -> dic
             w.append_rows({k: v[a:b] for k, v in cols.items()})
             w.end_episode()
     return cols
+
+
+def racing_check(catalog: Catalog, again: Any) -> Any:
+    """Wrap ``objects.check`` so ``again()`` runs between the check and the DB update."""
+    orig = catalog.service.objects.check
+
+    def check(key: str, sha: str, n: int) -> str | None:
+        out = orig(key, sha, n)
+        again()
+        return out
+
+    return check
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
-"""Review fixes in the catalog service: completion races, the signing key, info.json
-templates, and passwords kept out of messages."""
+"""The recording routes: a completion racing a second offer, and the info.json path
+templates the service checks before it commits."""
 
 from __future__ import annotations
 
@@ -10,59 +10,14 @@ from typing import Any
 import pytest
 
 from numbatraj.errors import CatalogError
-from numbatraj.remote import _recording_db as R
-
-from .conftest import Catalog
+from tests.catalog.conftest import Catalog, racing_check
 
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _racing_check(catalog: Catalog, again: Any) -> Any:
-    """Wrap ``objects.check`` so ``again()`` runs between the check and the DB update."""
-    orig = catalog.service.objects.check
-
-    def check(key: str, sha: str, n: int) -> str | None:
-        out = orig(key, sha, n)
-        again()
-        return out
-
-    return check
-
-
-# -- 1. a completion racing a second registration ---------------------------------------------
-
-
-def test_dataset_complete_racing_reregistration_is_409(
-    catalog: Catalog, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    cat = catalog.client()
-    data = b"A" * 1000
-    f = tmp_path / "a.bin"
-    f.write_bytes(data)
-    reg = cat._call("POST", "/v1/datasets", json={
-        "name": "ds", "version": "v1", "sha256": _sha(data), "bytes": len(data)})
-    cat._upload(str(f), reg["upload"])
-    other = b"B" * 7
-
-    def again() -> None:
-        cat._call("POST", "/v1/datasets", json={
-            "name": "ds", "version": "v1", "sha256": _sha(other), "bytes": len(other)})
-
-    monkeypatch.setattr(catalog.service.objects, "check", _racing_check(catalog, again))
-    with pytest.raises(CatalogError, match=r"'ds' version 'v1' was registered again") as ei:
-        cat._call("POST", "/v1/datasets/ds/v1/complete")
-    assert getattr(ei.value, "status", None) == 409
-    rec = catalog.service.db.get("ds", "v1")
-    assert rec is not None and rec.status == "pending" and rec.sha256 == _sha(other)
-    monkeypatch.undo()
-    # the new registration completes once its own object is there
-    f.write_bytes(other)
-    reg2 = cat._call("POST", "/v1/datasets", json={
-        "name": "ds", "version": "v1", "sha256": _sha(other), "bytes": len(other)})
-    cat._upload(str(f), reg2["upload"])
-    assert cat._call("POST", "/v1/datasets/ds/v1/complete")["status"] == "ready"
+# -- a completion racing a second offer ------------------------------------------------------
 
 
 def test_blob_complete_racing_reoffer_is_409(
@@ -75,77 +30,24 @@ def test_blob_complete_racing_reoffer_is_409(
     f.write_bytes(data)
     offer = {"path": "data/x.bin", "sha256": sha, "bytes": len(data)}
     base = "/v1/recordings/proj/set1"
-    out = cat._call("POST", f"{base}/offer", json=offer)
+    out = cat.request("POST", f"{base}/offer", json=offer)
     assert out["state"] == "upload"
-    cat._upload(str(f), out["upload"])
-    first = R.blob(catalog.service.db, "proj", "set1", sha)
+    cat.upload(str(f), out["upload"])
+    first = catalog.service.db.blob("proj", "set1", sha)
     assert first is not None
 
     def again() -> None:  # a second offer swaps the pending row's object key
-        assert cat._call("POST", f"{base}/offer", json=offer)["state"] == "upload"
+        assert cat.request("POST", f"{base}/offer", json=offer)["state"] == "upload"
 
-    monkeypatch.setattr(catalog.service.objects, "check", _racing_check(catalog, again))
+    monkeypatch.setattr(catalog.service.objects, "check", racing_check(catalog, again))
     with pytest.raises(CatalogError, match=r"offered again") as ei:
-        cat._call("POST", f"{base}/blobs/{sha}/complete")
+        cat.request("POST", f"{base}/blobs/{sha}/complete")
     assert getattr(ei.value, "status", None) == 409
-    b = R.blob(catalog.service.db, "proj", "set1", sha)
+    b = catalog.service.db.blob("proj", "set1", sha)
     assert b is not None and b.status == "pending" and b.object_key != first.object_key
 
 
-def test_mark_blob_ready_leaves_a_ready_or_replaced_row(catalog: Catalog) -> None:
-    db = catalog.service.db
-    sha = "ab" * 32
-    R.put_pending_blob(db, "p", "d", sha, 3, "k1")
-    b1 = R.blob(db, "p", "d", sha)
-    assert b1 is not None
-    R.put_pending_blob(db, "p", "d", sha, 3, "k2")
-    assert not R.mark_blob_ready(db, "p", "d", b1)
-    b2 = R.blob(db, "p", "d", sha)
-    assert b2 is not None and b2.status == "pending"
-    assert R.mark_blob_ready(db, "p", "d", b2)
-    assert not R.mark_blob_ready(db, "p", "d", b2)  # already ready
-
-
-# -- 2. the embedded object store's signing key -----------------------------------------------
-
-
-@pytest.mark.parametrize("content", [b"", b"short"])
-def test_short_signing_key_is_refused(tmp_path: Path, content: bytes) -> None:
-    from numbatraj.errors import IntegrityError
-    from numbatraj.remote.objects import FileObjects
-
-    (tmp_path / ".signing-key").write_bytes(content)
-    with pytest.raises(IntegrityError, match=r"\.signing-key holds \d+ bytes"):
-        FileObjects(str(tmp_path))
-
-
-def test_signing_key_is_made_once_and_shared(tmp_path: Path) -> None:
-    import os
-    import threading
-
-    from numbatraj.remote.objects import FileObjects
-
-    root = tmp_path / "objects"
-    got: list[bytes] = []
-    barrier = threading.Barrier(8)
-
-    def start() -> None:
-        barrier.wait()
-        got.append(FileObjects(str(root)).secret)
-
-    threads = [threading.Thread(target=start) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert len(got) == 8 and len(set(got)) == 1 and len(got[0]) >= 32
-    assert (root / ".signing-key").read_bytes() == got[0]
-    assert FileObjects(str(root)).secret == got[0]
-    assert sorted(os.listdir(root)) == [".signing-key"]  # no temporary file left
-    assert (os.stat(root / ".signing-key").st_mode & 0o777) == 0o600
-
-
-# -- 3. path templates in an uploaded info.json -----------------------------------------------
+# -- path templates in an uploaded info.json -----------------------------------------------
 
 BAD_TEMPLATES = [
     ("data_path", "data/{episode_index}.parquet", "unknown field"),
@@ -255,55 +157,3 @@ def test_service_refuses_bad_template_with_409(
     assert r.status_code == 409, r.text
     msg = r.json()["error"]
     assert "meta/info.json" in msg and repr(tpl) in msg and why in msg
-
-
-# -- 4. a database password stays out of messages ---------------------------------------------
-
-
-def test_mask_password() -> None:
-    from numbatraj.remote.db import mask_password
-
-    assert mask_password("postgresql://u:s3cret@h:5432/db") == "postgresql://u:***@h:5432/db"
-    assert mask_password("postgres://h/db?password=s3cret&sslmode=require") == \
-        "postgres://h/db?password=***&sslmode=require"
-    for plain in ("postgresql://u@h/db", "sqlite:///x.db", "catalog.db"):
-        assert mask_password(plain) == plain
-
-
-def test_unsupported_db_url_error_masks_password() -> None:
-    from numbatraj.errors import CatalogRequestError
-    from numbatraj.remote.db import open_db
-
-    with pytest.raises(CatalogRequestError, match="is not supported") as ei:
-        open_db("mysql://admin:s3cret@db.example/catalog")
-    assert "s3cret" not in str(ei.value) and "admin:***@db.example" in str(ei.value)
-
-
-def test_serve_banner_masks_password(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    import argparse
-
-    from numbatraj.remote import _cli, service
-
-    class FakeService:
-        url = "http://127.0.0.1:1"
-
-        def __init__(self, db: str, objects: str, **kw: Any) -> None:
-            self.objects = argparse.Namespace(description=objects)
-
-        def serve_forever(self) -> None:
-            raise KeyboardInterrupt
-
-        def stop(self) -> None:
-            pass
-
-    monkeypatch.setattr(service, "CatalogService", FakeService)
-    args = argparse.Namespace(
-        db="postgresql://cat:s3cret@db.example:5432/catalog", objects="file:///tmp/o",
-        host="127.0.0.1", port=0, public_url=None, get_expiry=60, put_expiry=60,
-        verbose=False,
-    )
-    assert _cli._cmd_serve(args) == 0
-    out = capsys.readouterr().out
-    assert "s3cret" not in out and "db=postgresql://cat:***@db.example:5432/catalog" in out
