@@ -25,8 +25,9 @@ from contextlib import ExitStack
 import numpy as np
 
 from numbatraj import ColumnSpec, TrajectoryStore, TrajectoryStoreWriter, validate_store
+from numbatraj.catalog import CatalogService
 from numbatraj.errors import NumbatrajError
-from numbatraj.remote import CatalogService, RemoteCatalog
+from numbatraj.remote import RemoteCatalog
 
 
 def write_store(path: str, n_rows: int, seed: int = 7) -> dict[str, np.ndarray]:

@@ -10,15 +10,27 @@ from __future__ import annotations
 
 import os
 from types import ModuleType
+from typing import Any
+
+import numpy as np
 
 from numbatraj.errors import DeviceUnavailableError
 
-__all__ = ["cuda_available", "get_cuda", "is_simulator"]
+__all__ = ["cuda_available", "get_cuda", "is_device_array", "is_simulator"]
 
 
 def is_simulator() -> bool:
     """True when Numba's CUDA simulator is enabled for this process."""
     return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
+
+
+def is_device_array(a: Any) -> bool:
+    """True for a GPU array: anything exporting ``__cuda_array_interface__``, or a Numba
+    device array (the CUDA simulator's arrays carry only the ``__cuda_ndarray__`` marker).
+    Never imports ``numba.cuda``."""
+    if a is None or isinstance(a, np.ndarray):
+        return False
+    return hasattr(a, "__cuda_array_interface__") or bool(getattr(a, "__cuda_ndarray__", False))
 
 
 def _import_cuda() -> ModuleType:

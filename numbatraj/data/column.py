@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from numbatraj.errors import SchemaError
 from numbatraj.io.hdf5 import COMPRESSIONS
@@ -30,7 +32,7 @@ _ALLOWED_KINDS = "biuf"  # bool, signed int, unsigned int, float
 LINE_BREAKS = "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class ColumnSpec:
     """One named column of a trajectory store.
 
@@ -50,10 +52,27 @@ class ColumnSpec:
     """
 
     name: str
-    dtype: np.dtype[Any] = field(default=np.dtype(np.float32))
-    shape: tuple[int, ...] = ()
-    compression: str | None = None
-    compression_level: int | None = None
+    dtype: np.dtype[Any]
+    shape: tuple[int, ...]
+    compression: str | None
+    compression_level: int | None
+
+    def __init__(
+        self,
+        name: str,
+        dtype: DTypeLike = np.float32,
+        shape: int | Sequence[int] = (),
+        compression: str | None = None,
+        compression_level: int | None = None,
+    ) -> None:
+        # a hand-written __init__ so the annotation says what is accepted (any dtype-like,
+        # an int or sequence of ints) while the attributes hold the coerced values
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "dtype", dtype)
+        object.__setattr__(self, "shape", shape)
+        object.__setattr__(self, "compression", compression)
+        object.__setattr__(self, "compression_level", compression_level)
+        self.__post_init__()
 
     def __post_init__(self) -> None:
         name = self.name

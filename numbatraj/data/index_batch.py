@@ -7,17 +7,10 @@ from typing import Any
 
 import numpy as np
 
+from numbatraj._cuda import is_device_array
 from numbatraj.errors import SchemaError
 
 __all__ = ["IndexBatch"]
-
-
-def _on_device(a: Any) -> bool:
-    """True for a GPU array: anything exporting ``__cuda_array_interface__``, or a Numba
-    device array (the CUDA simulator's arrays carry only the ``__cuda_ndarray__`` marker)."""
-    if a is None or isinstance(a, np.ndarray):
-        return False
-    return hasattr(a, "__cuda_array_interface__") or bool(getattr(a, "__cuda_ndarray__", False))
 
 
 @dataclass(frozen=True)
@@ -45,7 +38,7 @@ class IndexBatch:
 
     def __post_init__(self) -> None:
         idx = self.indices
-        if not _on_device(idx):
+        if not is_device_array(idx):
             idx = np.asarray(idx)
             if idx.dtype != np.int64:
                 if idx.dtype.kind not in "iu":
@@ -68,7 +61,7 @@ class IndexBatch:
     @property
     def on_device(self) -> bool:
         """True when the indices live in GPU memory."""
-        return _on_device(self.indices)
+        return is_device_array(self.indices)
 
     @property
     def batch_size(self) -> int:

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from numbatraj.data.index_batch import IndexBatch, _on_device
+from numbatraj._cuda import is_device_array
+from numbatraj.data.index_batch import IndexBatch
 from numbatraj.errors import RowIndexError, SchemaError
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ def host_indices(idx: Any, what: str) -> np.ndarray:
     """``idx`` (array-like or :class:`IndexBatch`) as a C-contiguous int64 ``(B,)``/``(B, T)``."""
     if isinstance(idx, IndexBatch):
         idx = idx.indices
-    if _on_device(idx):
+    if is_device_array(idx):
         raise SchemaError(
             f"{what}: the indices are a device array; use gather_device() for device indices "
             f"or copy them to the host"
@@ -182,7 +183,7 @@ def device_gather(
 
     if isinstance(idx, IndexBatch):
         idx = idx.indices
-    if _on_device(idx):
+    if is_device_array(idx):
         if np.dtype(idx.dtype) != np.int64:
             raise SchemaError(f"{what}: device indices must be int64, got {idx.dtype}")
         if len(idx.shape) not in (1, 2):
@@ -198,7 +199,7 @@ def device_gather(
     if out is None:
         out = cuda.device_array(full, dtype=dtype, stream=stream)
     else:
-        if not _on_device(out):
+        if not is_device_array(out):
             raise SchemaError(f"{what}: out must be a device array, got {type(out).__name__}")
         if np.dtype(out.dtype) != dtype or tuple(out.shape) != full:
             raise SchemaError(

@@ -64,10 +64,10 @@ _STAT_SLAB_ROWS = 1 << 16
 def store_columns(plan: DatasetPlan, height: int, width: int) -> list[ColumnSpec]:
     """The columns an import of ``plan`` writes."""
     return [
-        ColumnSpec("qpos", np.dtype(np.float32), (plan.state_dim,)),
-        ColumnSpec("action", np.dtype(np.float32), (plan.action_dim,)),
-        ColumnSpec("task_index", np.dtype(np.int32), ()),
-        ColumnSpec("images", np.dtype(np.uint8), (len(plan.cameras), 3, height, width)),
+        ColumnSpec("qpos", np.float32, (plan.state_dim,)),
+        ColumnSpec("action", np.float32, (plan.action_dim,)),
+        ColumnSpec("task_index", np.int32, ()),
+        ColumnSpec("images", np.uint8, (len(plan.cameras), 3, height, width)),
     ]
 
 

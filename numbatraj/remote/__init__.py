@@ -1,29 +1,21 @@
-"""Remote datasets: the catalog client and the catalog service a lab runs itself.
+"""Remote datasets, the client side: the catalog client, recording sync and asset packs.
 
-See docs/remote.md.  The transfer itself is :func:`numbatraj.io.download.fetch`.
+See docs/remote.md.  The transfer itself is :func:`numbatraj.io.download.fetch`; the
+service a lab runs is :mod:`numbatraj.catalog`, of which this package imports only the
+protocol (names and routes).
 """
 
+from numbatraj.io.dotenv import read_dotenv
 from numbatraj.remote.assets import pull_packs
-from numbatraj.remote.client import ENV_KEY, ENV_URL, PullResult, RemoteCatalog, read_dotenv
-from numbatraj.remote.db import CatalogDB, DatasetRecord, open_db
-from numbatraj.remote.objects import FileObjects, Presigned, S3Objects, open_objects
+from numbatraj.remote.client import ENV_KEY, ENV_URL, PullResult, RemoteCatalog
 from numbatraj.remote.recording import RecordingSync
-from numbatraj.remote.service import CatalogService
 
 __all__ = [
-    "RecordingSync",
-    "pull_packs",
     "ENV_KEY",
     "ENV_URL",
-    "CatalogDB",
-    "CatalogService",
-    "DatasetRecord",
-    "FileObjects",
-    "Presigned",
     "PullResult",
+    "RecordingSync",
     "RemoteCatalog",
-    "S3Objects",
-    "open_db",
-    "open_objects",
+    "pull_packs",
     "read_dotenv",
 ]

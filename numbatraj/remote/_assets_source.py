@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from numbatraj.errors import CatalogRequestError, DeclarationError
+from numbatraj.io.dotenv import read_dotenv
 from numbatraj.io.download import redact_url
 from numbatraj.remote._assets_kv import PackDecl, is_loopback_host, url_host
-from numbatraj.remote.client import ENV_KEY, ENV_URL, RemoteCatalog, read_dotenv
+from numbatraj.remote.client import ENV_KEY, ENV_URL, RemoteCatalog
 
 __all__ = ["Source", "describe_source", "hf_token", "resolve_source"]
 

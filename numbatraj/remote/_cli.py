@@ -18,8 +18,8 @@ def _catalog(args: argparse.Namespace) -> Any:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from numbatraj.remote.db import mask_password
-    from numbatraj.remote.service import CatalogService
+    from numbatraj.catalog.db import mask_password
+    from numbatraj.catalog.service import CatalogService
 
     svc = CatalogService(
         args.db, args.objects, host=args.host, port=args.port, public_url=args.public_url,
@@ -37,7 +37,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_add_key(args: argparse.Namespace) -> int:
-    from numbatraj.remote.db import open_db
+    from numbatraj.catalog.db import open_db
 
     db = open_db(args.db)
     try:

@@ -219,7 +219,7 @@ def _pull_one(
     if placed is None and os.path.lexists(decl.dest) and not force:
         raise DeclarationError(
             f"{decl.where}: dest: {decl.dest} exists and was not placed by numbatraj; move it "
-            "away or pull with --force to replace it"
+            "away, or force the pull to replace it"
         )
     tree, got = _ensure_tree(decl, cache, force, fetch_options, source, fetched)
     linked, copied = _place(decl, tree)

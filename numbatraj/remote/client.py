@@ -11,40 +11,26 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
-from urllib.parse import quote
+from typing import IO, Any
 
 import requests
 
+from numbatraj.catalog.protocol import (
+    DATASETS,
+    check_name,
+    check_version,
+    dataset_complete_route,
+    dataset_route,
+)
 from numbatraj.errors import CatalogAuthError, CatalogError, CatalogRequestError, DownloadError
+from numbatraj.io.dotenv import read_dotenv
 from numbatraj.io.download import FetchResult, fetch, redact_text, redact_url
 from numbatraj.io.hashing import sha256_file
-from numbatraj.remote.db import check_name, check_version
 
-__all__ = ["ENV_KEY", "ENV_URL", "PullResult", "RemoteCatalog", "read_dotenv"]
+__all__ = ["ENV_KEY", "ENV_URL", "PullResult", "RemoteCatalog"]
 
 ENV_URL = "NUMBATRAJ_CATALOG_URL"
 ENV_KEY = "NUMBATRAJ_CATALOG_API_KEY"
-
-
-def read_dotenv(path: str | os.PathLike[str]) -> dict[str, str]:
-    """``KEY=VALUE`` lines of a dotenv file (``#`` comments, optional quotes, ``export``)."""
-    out: dict[str, str] = {}
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except FileNotFoundError:
-        return out
-    for line in lines:
-        line = line.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        k, _, v = line.removeprefix("export ").partition("=")
-        v = v.strip()
-        if len(v) >= 2 and v[0] == v[-1] and v[0] in "'\"":
-            v = v[1:-1]
-        out[k.strip()] = v
-    return out
 
 
 @dataclass(frozen=True)
@@ -121,7 +107,20 @@ class RemoteCatalog:
 
     # -- HTTP ------------------------------------------------------------------------------
 
-    def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+    def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        """One catalog call: ``method`` on ``path`` (below the service URL), with the key.
+
+        ``kwargs`` go to :meth:`requests.Session.request` (``json=``, ``params=``).  Returns
+        the JSON object answered.
+
+        Raises
+        ------
+        CatalogAuthError
+            401 or 403: no, an unknown, or a read-only key.
+        CatalogError
+            Any other HTTP error (its ``status`` attribute holds the code), an answer that
+            is not a JSON object, or a service that cannot be reached.
+        """
         url = self.url + path
         try:
             resp = self._session.request(method, url, timeout=self.timeout, **kwargs)
@@ -155,12 +154,12 @@ class RemoteCatalog:
         """
         check_name(name)
         params = {} if version is None else {"version": check_version(version)}
-        return self._call("GET", f"/v1/datasets/{quote(name)}", params=params)
+        return self.request("GET", dataset_route(name), params=params)
 
     def list(self, name: str | None = None) -> list[dict[str, Any]]:
         """Every row, pending ones included (see ``status``)."""
         params = {} if name is None else {"name": check_name(name)}
-        rows = self._call("GET", "/v1/datasets", params=params).get("datasets", [])
+        rows = self.request("GET", DATASETS, params=params).get("datasets", [])
         return list(rows)
 
     def pull(
@@ -210,31 +209,68 @@ class RemoteCatalog:
             "sha256": sha256_file(path), "bytes": os.path.getsize(path), "env_id": env_id,
             "n_rows": n_rows, "seed": seed, "source_commit": source_commit,
         }
-        reg = self._call("POST", "/v1/datasets", json=body)
+        reg = self.request("POST", DATASETS, json=body)
         upload = reg.pop("upload", None)
         if upload is None:
             return reg  # already ready with these bytes
-        self._upload(path, upload)
-        return self._call("POST", f"/v1/datasets/{quote(name)}/{quote(version)}/complete")
+        self.upload(path, upload)
+        return self.request("POST", dataset_complete_route(name, version))
 
-    def _upload(self, path: str, upload: Mapping[str, Any]) -> None:
+    def upload(
+        self,
+        path: str | os.PathLike[str],
+        upload: Mapping[str, Any],
+        *,
+        file: IO[bytes] | None = None,
+        size: int | None = None,
+    ) -> None:
+        """Send the bytes of ``path`` to a presigned ``upload`` the catalog answered.
+
+        Parameters
+        ----------
+        path : path-like
+            The file; read from its start unless ``file`` is given.
+        upload : mapping
+            The catalog's ``upload``: ``url``, ``method`` (default ``PUT``), ``headers``.
+        file : binary file, optional
+            An open descriptor of ``path`` to send from (rewound first): the version of
+            the file it holds, whatever was renamed over ``path`` since.
+        size : int, optional
+            Bytes to send (``Content-Length``); default: the size of ``path``.
+
+        Raises
+        ------
+        DownloadError
+            The object store could not be reached or refused the body; the message names
+            the file and the URL with its signature removed.
+        """
+        path = os.fspath(path)
         headers = {str(k): str(v) for k, v in (upload.get("headers") or {}).items()}
-        headers["Content-Length"] = str(os.path.getsize(path))
+        headers["Content-Length"] = str(os.path.getsize(path) if size is None else size)
         url = upload["url"]
-        with open(path, "rb") as f:
-            try:
-                resp = requests.request(
-                    upload.get("method", "PUT"), url, data=f, headers=headers,
-                    timeout=(30, 300),
-                )
-            except requests.RequestException as exc:
-                msg = f"upload of {path} to {redact_url(url)} failed: {redact_text(exc, url)}"
-                raise DownloadError(msg) from None
+        if file is None:
+            with open(path, "rb") as f:
+                resp = self._put(path, url, upload, f, headers)
+        else:
+            file.seek(0)
+            resp = self._put(path, url, upload, file, headers)
         if resp.status_code >= 300:
             raise DownloadError(
                 f"upload of {path} to {redact_url(url)}: HTTP {resp.status_code}: "
                 f"{redact_text(resp.text[:300].strip(), url)}"
             )
+
+    @staticmethod
+    def _put(
+        path: str, url: str, upload: Mapping[str, Any], f: IO[bytes], headers: dict[str, str]
+    ) -> requests.Response:
+        try:
+            return requests.request(
+                upload.get("method", "PUT"), url, data=f, headers=headers, timeout=(30, 300),
+            )
+        except requests.RequestException as exc:
+            msg = f"upload of {path} to {redact_url(url)} failed: {redact_text(exc, url)}"
+            raise DownloadError(msg) from None
 
     def close(self) -> None:
         """Close the HTTP session."""

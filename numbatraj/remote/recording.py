@@ -1,7 +1,7 @@
 """Recording sync: mirror ``projects/<project>/datasets/<dataset>/`` through the catalog.
 
 :class:`RecordingSync` pushes a LeRobot v3.0 directory file by file, also while a
-checkpointing :class:`~numbatraj.importers.lerobot_writer.LeRobotWriter` is still recording
+checkpointing :class:`~numbatraj.lerobot.LeRobotWriter` is still recording
 into it.  Each pass:
 
 1. lists the files, skipping hidden ones and ``*.part`` (the video being encoded); if a data
@@ -31,22 +31,31 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
 
-import requests
-
-from numbatraj.errors import DownloadError, NumbatrajError
-from numbatraj.io.download import fetch, redact_text, redact_url
+from numbatraj.catalog.protocol import (
+    STATE_UNCHANGED,
+    STATE_UPLOAD,
+    blob_complete_route,
+    check_dataset,
+    check_project,
+    check_rel_path,
+    commit_route,
+    offer_route,
+    project_route,
+    recording_route,
+)
+from numbatraj.errors import NumbatrajError
+from numbatraj.io.dotenv import read_dotenv
+from numbatraj.io.download import fetch, redact_text
 from numbatraj.io.hashing import sha256_file
 from numbatraj.lerobot.schema import INFO_PATH, named_files, order_key
-from numbatraj.remote._recording_db import check_dataset, check_project, check_rel_path
 from numbatraj.remote._recording_scan import (
     FileStat,
     HashCache,
     checkpoint_in_progress,
     scan_dataset,
 )
-from numbatraj.remote.client import RemoteCatalog, read_dotenv
+from numbatraj.remote.client import RemoteCatalog
 
 _log = logging.getLogger(__name__)
 
@@ -142,7 +151,6 @@ class RecordingSync:
         self.max_repeats = int(max_repeats)
         self._hashes = HashCache()
         self._committed_files = 0
-        self._api = f"/v1/recordings/{quote(self.project)}/{quote(self.dataset)}"
 
     # -- push ------------------------------------------------------------------------------
 
@@ -151,33 +159,19 @@ class RecordingSync:
         modified in place since it was hashed."""
         if FileStat.of(os.fstat(f.fileno())) != st:
             return False
-        f.seek(0)
-        headers = {str(k): str(v) for k, v in (upload.get("headers") or {}).items()}
-        headers["Content-Length"] = str(st.size)
-        url = upload["url"]
         path = os.path.join(self.root, *rel.split("/"))
-        try:
-            resp = requests.request(upload.get("method", "PUT"), url, data=f, headers=headers,
-                                    timeout=(30, 300))
-        except requests.RequestException as exc:
-            raise DownloadError(
-                f"upload of {path} to {redact_url(url)} failed: {redact_text(exc, url)}"
-            ) from None
-        if resp.status_code >= 300:
-            raise DownloadError(f"upload of {path} to {redact_url(url)}: HTTP "
-                                f"{resp.status_code}: "
-                                f"{redact_text(resp.text[:300].strip(), url)}")
+        self.catalog.upload(path, upload, file=f, size=st.size)
         return True
 
     def _send(self, rel: str, sha: str, st: FileStat, f: Any, res: PassResult) -> int | None:
         """Offer one file (upload it if asked); the service's committed-file count, or None
         when the file changed before it could be sent."""
-        ans = self.catalog._call("POST", self._api + "/offer",
-                                 json={"path": rel, "sha256": sha, "bytes": st.size})
+        ans = self.catalog.request("POST", offer_route(self.project, self.dataset),
+                                   json={"path": rel, "sha256": sha, "bytes": st.size})
         res.offered += 1
-        if ans["state"] == "unchanged":
+        if ans["state"] == STATE_UNCHANGED:
             res.unchanged += 1
-        elif ans["state"] == "upload":
+        elif ans["state"] == STATE_UPLOAD:
             if f is None:
                 try:
                     f = open(os.path.join(self.root, *rel.split("/")), "rb")  # noqa: SIM115
@@ -189,7 +183,7 @@ class RecordingSync:
                 ok = self._put(rel, f, st, ans["upload"])
             if not ok:
                 return None
-            self.catalog._call("POST", f"{self._api}/blobs/{sha}/complete")
+            self.catalog.request("POST", blob_complete_route(self.project, self.dataset, sha))
             res.uploaded += 1
             res.uploaded_bytes += st.size
         return int(ans.get("committed_files", -1))
@@ -295,7 +289,8 @@ class RecordingSync:
                 res.note = "unchanged"
                 return res
             body = {"files": {p: {"sha256": s, "bytes": n} for p, (s, n) in offered.items()}}
-            ans = self.catalog._call("POST", self._api + "/commit", json=body)
+            ans = self.catalog.request("POST", commit_route(self.project, self.dataset),
+                                       json=body)
             res.committed = True
             res.episodes = ans.get("episodes")
             res.note = f"committed {ans['files']} files"
@@ -346,7 +341,8 @@ class RecordingSync:
 
     def snapshot(self) -> list[dict[str, Any]]:
         """The service's committed files (path, sha256, bytes, download)."""
-        return list(self.catalog._call("GET", self._api)["files"])
+        return list(self.catalog.request("GET", recording_route(self.project,
+                                                                 self.dataset))["files"])
 
     def pull(self, dest: str | os.PathLike[str] | None = None) -> tuple[int, int]:
         """Fetch the committed snapshot into ``dest`` (default: the dataset directory).
@@ -381,5 +377,5 @@ class RecordingSync:
 
 def list_recordings(catalog: RemoteCatalog, project: str) -> list[dict[str, Any]]:
     """Committed datasets of ``project``: files, bytes, episodes, frames, updated_at."""
-    ans = catalog._call("GET", f"/v1/recordings/{quote(check_project(project))}")
+    ans = catalog.request("GET", project_route(check_project(project)))
     return list(ans["datasets"])

@@ -1,4 +1,4 @@
-"""Replay checkpoints: one HDF5 file holding rows, ring state, priorities and streams.
+"""Replay checkpoints: one HDF5 format and one reader for the host and the device replay.
 
 Layout (format version 1)::
 
@@ -7,15 +7,33 @@ Layout (format version 1)::
     ring/<column>      physical ring rows [D, D + size), in slot order
     sampler/leaves, sampler/stamps, sampler/present    (prioritized only)
 
-The file is written to ``<path>.tmp``, fsynced and renamed.  Loading reads each dataset
-straight into the new replay's preallocated arrays (``read_direct``), so it needs the
-buffer's memory once, not twice.
+``config`` holds the constructor's arguments and the ``kind`` (``StoreReplay`` or
+``StoreReplayGpu``: their streams differ, so each loads only its own); ``state`` holds the
+:class:`RingState` and the kind's streams (the host sampler's ``state_dict()``; the device's
+state words).  The device replays written before ``sampler/present`` was added to their
+files get it from the ring state.
+
+Every load makes every check, whichever the kind: a readable file, the format version,
+readable JSON, the kind, a ring state that fits the capacity (and ``cursor == size`` while
+the ring has not wrapped), each dataset's dtype and shape, and priorities that are exactly
+the held rows (finite leaves >= 0, 0 where no row is held).  A failure is an
+:class:`~numbatraj.errors.IntegrityError` naming the file.  The tree is then rebuilt from
+the leaves by :meth:`~numbatraj.samplers.SumTree.load_leaves` (the same bits as the saved
+tree).
+
+The file is written under a temporary name beside ``path`` and published by
+``numbatraj.io.atomic`` (fsync, rename, fsync of the directory).  Loading reads each dataset
+straight into the new replay's preallocated arrays where it can (``read_direct``), so it
+needs the buffer's memory once, not twice.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import h5py
@@ -23,105 +41,190 @@ import numpy as np
 
 from numbatraj.data.column import ColumnSpec
 from numbatraj.errors import IntegrityError
-from numbatraj.samplers._args import generator_state, set_generator_state
+from numbatraj.io.atomic import discard, publish, temp_path
 
-__all__ = ["save_replay", "load_replay", "FORMAT_VERSION"]
+__all__ = [
+    "FORMAT_VERSION",
+    "RingState",
+    "TreeArrays",
+    "check_priorities",
+    "columns_from_config",
+    "open_checkpoint",
+    "read_rows",
+    "read_tree",
+    "write_checkpoint",
+]
 
 FORMAT_VERSION = 1
 
 
-def _config(rep: Any) -> dict[str, Any]:
-    cols = [
-        {"name": s.name, "dtype": s.dtype.str, "shape": list(s.shape)}
-        for s in rep.columns.values()
-    ]
-    ere = rep.ere
-    return {
-        "kind": "StoreReplay",
-        "columns": cols,
-        "capacity": rep.capacity,
-        "demo_capacity": rep.demo_capacity,
-        "prioritized": rep.prioritized,
-        "seed": rep.seed,
-        "alpha": float(rep._hyper["alpha"]),
-        "beta": rep.beta,
-        "eps": float(rep._hyper["eps"]),
-        "quantize": {n: [q.low, q.high] for n, q in rep.quantization.items()},
-        "demo_fraction": rep.demo_fraction,
-        "ere": None if ere is None else {"eta": ere.eta, "c_min": ere.c_min},
-    }
+@dataclass(frozen=True)
+class RingState:
+    """Where a ring stands: rows held (``n_demo`` demos, ``size`` online) and the next slot."""
+
+    cursor: int
+    size: int
+    n_demo: int
+    n_added: int
+
+    def to_json(self) -> dict[str, int]:
+        return {"cursor": self.cursor, "size": self.size, "n_demo": self.n_demo,
+                "n_added": self.n_added}
+
+    @classmethod
+    def from_json(cls, path: str, state: dict[str, Any], demo_capacity: int,
+                  ring_capacity: int) -> RingState:
+        """The ring state of a checkpoint's JSON, checked against the capacities."""
+        try:
+            ring = cls(int(state["cursor"]), int(state["size"]), int(state["n_demo"]),
+                       int(state["n_added"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise IntegrityError(f"checkpoint {path!r}: unreadable ring state: {exc!r}") from exc
+        d, r = demo_capacity, ring_capacity
+        nd, size, cursor = ring.n_demo, ring.size, ring.cursor
+        if not (0 <= nd <= d and 0 <= size <= r and 0 <= cursor < r):
+            raise IntegrityError(
+                f"checkpoint {path!r}: ring state n_demo={nd}, size={size}, cursor={cursor} "
+                f"does not fit demo_capacity {d}, ring capacity {r}"
+            )
+        if size < r and cursor != size:
+            raise IntegrityError(
+                f"checkpoint {path!r}: ring state size={size}, cursor={cursor} is impossible: "
+                f"a ring that has not wrapped (size < ring capacity {r}) has cursor == size"
+            )
+        if ring.n_added < size:
+            raise IntegrityError(
+                f"checkpoint {path!r}: ring state n_added={ring.n_added} is below size={size}"
+            )
+        return ring
 
 
-def save_replay(rep: Any, path: str | os.PathLike[str]) -> None:
+@dataclass(frozen=True)
+class TreeArrays:
+    """A prioritized replay's per-row arrays (``(capacity,)`` each), checked on load."""
+
+    leaves: np.ndarray  # float64
+    stamps: np.ndarray  # int64
+    present: np.ndarray  # bool
+
+
+def write_checkpoint(
+    path: str | os.PathLike[str],
+    config: dict[str, Any],
+    state: dict[str, Any],
+    rows: Iterable[tuple[str, np.ndarray, np.ndarray]],
+    tree: TreeArrays | None,
+) -> None:
+    """Write a checkpoint: ``rows`` yields ``(column, demo rows, ring rows)`` (host arrays of
+    the storage dtype, possibly strided); ``tree`` for a prioritized replay."""
     path = os.fspath(path)
     if os.path.isdir(path):
         raise IsADirectoryError(f"checkpoint path {path!r} is a directory")
-    tmp = path + ".tmp"
-    sampler_state = rep.sampler.state_dict()
-    keys = [k for k in ("leaves", "stamps", "present") if k in sampler_state]
-    arrays = {k: sampler_state.pop(k) for k in keys}
-    state = {
-        "cursor": rep.cursor,
-        "size": rep.size,
-        "n_demo": rep.n_demo,
-        "n_added": rep.n_added,
-        "sampler": sampler_state,
-        "generator": generator_state(rep._gen),
-    }
+    tmp = temp_path(path)
     try:
         with h5py.File(tmp, "w") as f:
             f.attrs["numbatraj_replay"] = FORMAT_VERSION
-            f.attrs["config"] = json.dumps(_config(rep))
+            f.attrs["config"] = json.dumps(config)
             f.attrs["state"] = json.dumps(state)
-            d, nd, size = rep.demo_capacity, rep.n_demo, rep.size
-            for name in rep.columns:
-                data = rep._data[name]
-                _write(f, f"demo/{name}", data[:nd])
-                _write(f, f"ring/{name}", data[d : d + size])
-            for k, a in arrays.items():
-                f.create_dataset(f"sampler/{k}", data=a)
+            for name, demo, ring in rows:
+                write_rows(f, f"demo/{name}", demo)
+                write_rows(f, f"ring/{name}", ring)
+            if tree is not None:
+                for key in ("leaves", "stamps", "present"):
+                    f.create_dataset(f"sampler/{key}", data=getattr(tree, key))
         publish(tmp, path)
     except BaseException:
         discard(tmp)
         raise
 
 
-def publish(tmp: str, path: str) -> None:
-    """fsync the finished ``tmp``, rename it to ``path`` and fsync the directory."""
-    fd = os.open(tmp, os.O_RDONLY)
+@contextmanager
+def open_checkpoint(path: str, kind: str) -> Iterator[tuple[h5py.File, dict[str, Any],
+                                                            dict[str, Any]]]:
+    """The open file, its config and its state, once the file, the format version, the JSON
+    and the kind have been checked."""
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    _fsync_dir(path)
+        f = h5py.File(path, "r")
+    except OSError as exc:
+        raise IntegrityError(f"{path!r} is not a readable replay checkpoint: {exc}") from exc
+    with f:
+        version = f.attrs.get("numbatraj_replay")
+        if version is None:
+            raise IntegrityError(f"{path!r} is not a replay checkpoint (no numbatraj_replay attr)")
+        if int(version) != FORMAT_VERSION:
+            raise IntegrityError(
+                f"checkpoint {path!r} has format version {int(version)}, this numbatraj reads "
+                f"version {FORMAT_VERSION}"
+            )
+        try:
+            cfg = json.loads(f.attrs["config"])
+            state = json.loads(f.attrs["state"])
+        except (KeyError, ValueError) as exc:
+            raise IntegrityError(f"checkpoint {path!r}: unreadable config/state: {exc}") from exc
+        if not isinstance(cfg, dict) or not isinstance(state, dict):
+            raise IntegrityError(f"checkpoint {path!r}: unreadable config/state: not objects")
+        got = cfg.get("kind", "StoreReplay")
+        if got != kind:
+            raise IntegrityError(
+                f"{path!r} is a {got} checkpoint; load it with that class (host and "
+                f"device streams differ)"
+            )
+        yield f, cfg, state
 
 
-def discard(tmp: str) -> None:
-    """Remove a half-written temporary file, if any."""
+def columns_from_config(path: str, cfg: dict[str, Any],
+                        make: Callable[..., Any]) -> Any:
+    """``make(columns, capacity, **settings)`` from a checkpoint's config (a missing key
+    is an :class:`IntegrityError`)."""
     try:
-        os.remove(tmp)
-    except FileNotFoundError:
-        pass
+        cols = [ColumnSpec(c["name"], np.dtype(c["dtype"]), tuple(c["shape"]))
+                for c in cfg["columns"]]
+        args = dict(
+            prioritized=cfg["prioritized"], seed=cfg["seed"], alpha=cfg["alpha"],
+            beta=cfg["beta"], eps=cfg["eps"],
+            quantize={k: tuple(v) for k, v in cfg["quantize"].items()} or None,
+            demo_capacity=cfg["demo_capacity"], demo_fraction=cfg["demo_fraction"],
+        )
+        capacity, ere = cfg["capacity"], cfg["ere"]
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise IntegrityError(f"checkpoint {path!r}: unreadable config: {exc!r}") from exc
+    rep = make(cols, capacity, **args)
+    if ere is not None:
+        rep.configure_ere(True, ere["eta"], ere["c_min"])
+    return rep
 
 
-def _fsync_dir(path: str) -> None:
-    """fsync the directory holding ``path`` so the rename is durable (no-op where a
-    directory cannot be opened)."""
-    try:
-        fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def read_tree(f: h5py.File, path: str, capacity: int, demo_capacity: int, ring: RingState,
+              *, derive_present: bool = False) -> TreeArrays:
+    """The sampler's arrays, checked: exactly the held rows, finite leaves >= 0 (0 where no
+    row is held).  ``derive_present``: a file without ``sampler/present`` (a device
+    checkpoint written before it was stored) takes the held rows."""
+    leaves = np.empty(capacity, dtype=np.float64)
+    stamps = np.empty(capacity, dtype=np.int64)
+    read_rows(f, "sampler/leaves", leaves, path)
+    read_rows(f, "sampler/stamps", stamps, path)
+    d, nd, size = demo_capacity, ring.n_demo, ring.size
+    if derive_present and "sampler/present" not in f:
+        present = held_rows(capacity, d, nd, size)
+    else:
+        present = np.empty(capacity, dtype=np.bool_)
+        read_rows(f, "sampler/present", present, path)
+    check_priorities(path, present, leaves, d, nd, size)
+    return TreeArrays(leaves, stamps, present)
+
+
+def held_rows(capacity: int, demo_capacity: int, n_demo: int, size: int) -> np.ndarray:
+    """bool ``(capacity,)``: the demo rows ``[0, n_demo)`` and ring rows ``[D, D + size)``."""
+    held = np.zeros(capacity, dtype=np.bool_)
+    held[:n_demo] = True
+    held[demo_capacity : demo_capacity + size] = True
+    return held
 
 
 _CHUNK_BYTES = 1 << 20
 
 
-def _write(f: h5py.File, key: str, data: np.ndarray) -> None:
+def write_rows(f: h5py.File, key: str, data: np.ndarray) -> None:
     """``data`` as dataset ``key``, copied through 1 MiB pieces when its rows are strided."""
     if data.flags.c_contiguous or not data.size:
         f.create_dataset(key, data=data)
@@ -132,7 +235,7 @@ def _write(f: h5py.File, key: str, data: np.ndarray) -> None:
         ds[a : a + step] = np.ascontiguousarray(data[a : a + step])
 
 
-def _read(f: h5py.File, key: str, dest: np.ndarray, path: str) -> None:
+def read_rows(f: h5py.File, key: str, dest: np.ndarray, path: str) -> None:
     ds = f.get(key)
     if ds is None or ds.shape != dest.shape or ds.dtype != dest.dtype:
         got = "missing" if ds is None else f"{ds.dtype} {ds.shape}"
@@ -155,13 +258,11 @@ def _read(f: h5py.File, key: str, dest: np.ndarray, path: str) -> None:
         dest[a : a + n] = buf[:n]
 
 
-def _check_priorities(path: str, present: np.ndarray, leaves: np.ndarray, d: int, nd: int,
-                      size: int) -> None:
+def check_priorities(path: str, present: np.ndarray, leaves: np.ndarray, d: int, nd: int,
+                     size: int) -> None:
     """The sampler's rows must be exactly the held rows (demo ``[0, nd)``, ring
     ``[d, d + size)``), with finite non-negative leaves, zero where no row is held."""
-    held = np.zeros(present.shape[0], dtype=np.bool_)
-    held[:nd] = True
-    held[d : d + size] = True
+    held = held_rows(present.shape[0], d, nd, size)
     if not np.array_equal(present, held):
         i = int(np.flatnonzero(present != held)[0])
         raise IntegrityError(
@@ -177,78 +278,3 @@ def _check_priorities(path: str, present: np.ndarray, leaves: np.ndarray, d: int
             f"{int(bad.sum())} rows (row {i}: leaf {float(leaves[i])!r}, "
             f"present={bool(present[i])}); leaves must be finite, >= 0, and 0 where no row is held"
         )
-
-
-def load_replay(cls: type, path: str | os.PathLike[str]) -> Any:
-    path = os.fspath(path)
-    try:
-        f = h5py.File(path, "r")
-    except OSError as exc:
-        raise IntegrityError(f"{path!r} is not a readable replay checkpoint: {exc}") from exc
-    with f:
-        version = f.attrs.get("numbatraj_replay")
-        if version is None:
-            raise IntegrityError(f"{path!r} is not a replay checkpoint (no numbatraj_replay attr)")
-        if int(version) != FORMAT_VERSION:
-            raise IntegrityError(
-                f"checkpoint {path!r} has format version {int(version)}, this numbatraj reads "
-                f"version {FORMAT_VERSION}"
-            )
-        try:
-            cfg = json.loads(f.attrs["config"])
-            state = json.loads(f.attrs["state"])
-        except (KeyError, ValueError) as exc:
-            raise IntegrityError(f"checkpoint {path!r}: unreadable config/state: {exc}") from exc
-        if cfg.get("kind", "StoreReplay") != "StoreReplay":
-            raise IntegrityError(
-                f"{path!r} is a {cfg['kind']} checkpoint; load it with that class (host and "
-                f"device streams differ)"
-            )
-        cols = [
-            ColumnSpec(c["name"], np.dtype(c["dtype"]), tuple(c["shape"])) for c in cfg["columns"]
-        ]
-        rep = cls(
-            cols,
-            cfg["capacity"],
-            prioritized=cfg["prioritized"],
-            seed=cfg["seed"],
-            alpha=cfg["alpha"],
-            beta=cfg["beta"],
-            eps=cfg["eps"],
-            quantize={k: tuple(v) for k, v in cfg["quantize"].items()} or None,
-            demo_capacity=cfg["demo_capacity"],
-            demo_fraction=cfg["demo_fraction"],
-        )
-        if cfg["ere"] is not None:
-            rep.configure_ere(True, cfg["ere"]["eta"], cfg["ere"]["c_min"])
-        d, nd, size = rep.demo_capacity, int(state["n_demo"]), int(state["size"])
-        cursor = int(state["cursor"])
-        r = rep.ring_capacity
-        if not (0 <= nd <= d and 0 <= size <= r and 0 <= cursor < r):
-            raise IntegrityError(
-                f"checkpoint {path!r}: ring state n_demo={nd}, size={size}, cursor={cursor} "
-                f"does not fit demo_capacity {d}, ring capacity {rep.ring_capacity}"
-            )
-        if size < r and cursor != size:
-            raise IntegrityError(
-                f"checkpoint {path!r}: ring state size={size}, cursor={cursor} is impossible: "
-                f"a ring that has not wrapped (size < ring capacity {r}) has cursor == size"
-            )
-        for name in rep.columns:
-            data = rep._data[name]
-            _read(f, f"demo/{name}", data[:nd], path)
-            _read(f, f"ring/{name}", data[d : d + size], path)
-        sampler_state = dict(state["sampler"])
-        if rep.prioritized:
-            cap = rep.capacity
-            for key, dt in (("leaves", np.float64), ("stamps", np.int64), ("present", np.bool_)):
-                a = np.empty(cap, dtype=dt)
-                _read(f, f"sampler/{key}", a, path)
-                sampler_state[key] = a
-            _check_priorities(path, sampler_state["present"], sampler_state["leaves"], d, nd,
-                              size)
-        rep.sampler.load_state_dict(sampler_state)
-        set_generator_state(rep._gen, state["generator"])
-        rep._cursor, rep._size, rep._n_demo = cursor, size, nd
-        rep._n_added = int(state["n_added"])
-    return rep

@@ -2,17 +2,18 @@
 mapping from a sampler's logical rows onto the ring's physical rows.
 
 Shared by :class:`~numbatraj.replay.StoreReplay` and the host side of
-:class:`~numbatraj.replay.StoreReplayGpu`; it only does arithmetic on the ring's state.
+:class:`~numbatraj.replay.StoreReplayGpu`: the checks, around the bodies of ``_split.py``
+(which the device compiles too).
 """
 
 from __future__ import annotations
 
-import math
 import numbers
 from dataclasses import dataclass
 from typing import Any
 
 from numbatraj.errors import SamplerError
+from numbatraj.replay._split import ere_size_py, split_lanes_py, window_ranges_py
 
 __all__ = ["EreConfig", "check_fraction", "ere_window", "split_batch", "window_ranges"]
 
@@ -51,8 +52,7 @@ def ere_window(cfg: EreConfig, n: int, k: Any, big_k: Any) -> int:
     k, big_k = int(k), int(big_k)
     if big_k < 1 or not 0 <= k <= big_k:
         raise SamplerError(f"ERE needs K >= 1 and 0 <= k <= K, got k={k}, K={big_k}")
-    c = int(math.floor(n * cfg.eta ** (k * 1000.0 / big_k)))
-    return max(min(n, max(c, cfg.c_min)), min(n, 1))
+    return int(ere_size_py(n, k, big_k, cfg.eta, cfg.c_min))
 
 
 def check_fraction(value: Any) -> float | None:
@@ -68,23 +68,12 @@ def check_fraction(value: Any) -> float | None:
 
 
 def split_batch(b: int, n_demo: int, n_online: int, fraction: float | None, ere: bool) -> int:
-    """How many of ``b`` rows come from the demo prefix; -1 means one joint population.
-
-    No online rows: all from the demos.  With a fraction and demo rows:
-    ``floor(fraction * b + 0.5)``.  Otherwise ERE samples only the online rows (0), and
-    without ERE demo and online rows form one population (-1).
-    """
-    if n_online == 0:
-        return b
-    if fraction is not None and n_demo > 0:
-        return int(math.floor(fraction * b + 0.5))  # half up, as on the device
-    return 0 if ere else -1
+    """How many of ``b`` rows come from the demo prefix; -1 means one joint population
+    (``_split.split_lanes_py``)."""
+    return int(split_lanes_py(b, n_demo, n_online, -1.0 if fraction is None else fraction, ere))
 
 
 def window_ranges(ring_base: int, ring_cap: int, cursor: int, c: int) -> tuple[int, ...]:
-    """Physical row ranges ``(lo0, hi0, lo1, hi1)`` of the ``c`` most recent ring rows (the
-    second range is empty unless the window wraps)."""
-    start = (cursor - c) % ring_cap
-    if start + c <= ring_cap:
-        return ring_base + start, ring_base + start + c, ring_base, ring_base
-    return ring_base + start, ring_base + ring_cap, ring_base, ring_base + start + c - ring_cap
+    """Physical row ranges ``(lo0, hi0, lo1, hi1)`` of the ``c`` most recent ring rows
+    (``_split.window_ranges_py``)."""
+    return tuple(int(x) for x in window_ranges_py(ring_base, ring_cap, cursor, c))

@@ -3,10 +3,11 @@
 The device replay draws every lane independently from the ring state held in device memory
 (``istate`` int64: cursor, size, n_demo, draw, (unused), skipped, ere_k, ere_K), so a
 sampling launch needs no host value that changes between calls.  The bodies ending in
-``_py`` are compiled here for the host (the *host twin*, which the tests run against the
-device) and in ``_ring_cuda.py`` / ``_sumtree_cuda.py`` as CUDA device functions.
+``_py`` (here, in ``_split.py`` and in ``samplers/kernels.py``) are compiled here for the
+host (the *host twin*, which the tests run against the device) and in ``_ring_cuda.py`` /
+``_sumtree_cuda.py`` as CUDA device functions.
 
-Uniform lanes take ``philox_index(draw, lane)`` (``samplers/_philox.py``); prioritized lanes
+Uniform lanes take ``philox_index(draw, lane)`` (``samplers/kernels.py``); prioritized lanes
 take ``philox_uniform(draw, lane)`` as the offset inside their stratum.  Lanes ``[0, m)``
 draw demo rows and lanes ``[m, B)`` online rows when a demo fraction or ERE splits the batch
 (``m = -1``: one joint population), exactly as ``StoreReplay`` splits it.
@@ -14,19 +15,19 @@ draw demo rows and lanes ``[m, B)`` online rows when a demo fraction or ERE spli
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from numbatraj._jit import njit_kernel
-from numbatraj.replay._per_kernels import descend, philox_uniform, prefix_mass, range_min
 from numbatraj.replay._ring_kernels import physical_row
-from numbatraj.samplers._philox import philox_index
+from numbatraj.replay._split import ere_size_py, split_lanes_py, window_ranges_py, window_start_py
+from numbatraj.samplers.kernels import descend, philox_index, philox_uniform, prefix_mass, range_min
 
 __all__ = [
     "CURSOR", "SIZE", "N_DEMO", "DRAW", "SKIPPED", "ERE_K", "ERE_BIGK", "N_STATE",
     "MAXP", "BETA", "N_FSTATE",
-    "demo_lanes", "ere_size", "uniform_lane", "per_lane", "uniform_lanes_cpu", "per_lanes_cpu",
+    "demo_lanes", "ere_size", "window_start", "window_ranges", "window", "window_py",
+    "uniform_lane", "uniform_lane_py", "per_lane", "per_lane_py", "uniform_lanes_cpu",
+    "per_lanes_cpu",
 ]
 
 # slots of the int64 device state
@@ -38,25 +39,11 @@ N_FSTATE = 2
 
 
 # --------------------------------------------------------------------------- bodies
-def demo_lanes_py(b, n_demo, size, fraction, ere):  # type: ignore[no-untyped-def]
-    """Lanes drawing demo rows (``_draw.split_batch``); ``fraction < 0`` means none set."""
-    if size == 0:
-        return b
-    if fraction >= 0.0 and n_demo > 0:
-        return np.int64(math.floor(fraction * b + 0.5))
-    if ere:
-        return 0
-    return -1
-
-
-def ere_size_py(size, k, big_k, eta, c_min):  # type: ignore[no-untyped-def]
-    """``min(N, max(floor(N eta**(k 1000 / K)), c_min))`` (``_draw.ere_window``)."""
-    c = np.int64(math.floor(size * eta ** (k * 1000.0 / big_k)))
-    if c < c_min:
-        c = c_min
-    if c > size:
-        c = size
-    return c
+# the split and the window are ``_split.py``'s bodies (the host replay's arithmetic)
+demo_lanes = njit_kernel(split_lanes_py)
+ere_size = njit_kernel(ere_size_py)
+window_start = njit_kernel(window_start_py)
+window_ranges = njit_kernel(window_ranges_py)
 
 
 def uniform_lane_py(i, m, draw, k0, k1, n_demo, ring_base, ring_cap, size, cursor, c):  # type: ignore[no-untyped-def]
@@ -65,17 +52,11 @@ def uniform_lane_py(i, m, draw, k0, k1, n_demo, ring_base, ring_cap, size, curso
     if m < 0:
         n = n_demo + size
         j = np.int64(philox_index(draw, ii, k0, k1, np.uint64(n)))
-        start = cursor - size
-        if start < 0:
-            start += ring_cap
-        return physical_row(j, n_demo, ring_base, ring_cap, start)
+        return physical_row(j, n_demo, ring_base, ring_cap, window_start(cursor, size, ring_cap))
     if i < m:
         return np.int64(philox_index(draw, ii, k0, k1, np.uint64(n_demo)))
     j = np.int64(philox_index(draw, ii, k0, k1, np.uint64(c)))
-    start = cursor - c
-    if start < 0:
-        start += ring_cap
-    return physical_row(j, 0, ring_base, ring_cap, start)
+    return physical_row(j, 0, ring_base, ring_cap, window_start(cursor, c, ring_cap))
 
 
 def per_lane_py(i, b, m, u, sums, mins, p, beta, n_demo, ring_base, ring_cap, cursor, c):  # type: ignore[no-untyped-def]
@@ -99,16 +80,7 @@ def per_lane_py(i, b, m, u, sums, mins, p, beta, n_demo, ring_base, ring_cap, cu
         s = i
         nb = m
     else:
-        start = cursor - c
-        if start < 0:
-            start += ring_cap
-        lo0 = ring_base + start
-        if start + c <= ring_cap:
-            hi0 = lo0 + c
-        else:
-            hi0 = ring_base + ring_cap
-            lo1 = ring_base
-            hi1 = ring_base + start + c - ring_cap
+        lo0, hi0, lo1, hi1 = window_ranges(ring_base, ring_cap, cursor, c)
         s = i - m
         nb = b - m
     a0 = prefix_mass(sums, p, lo0)
@@ -138,20 +110,19 @@ def per_lane_py(i, b, m, u, sums, mins, p, beta, n_demo, ring_base, ring_cap, cu
     return leaf, np.float32((sums[p + leaf] / lo) ** (-beta))
 
 
-demo_lanes = njit_kernel(demo_lanes_py)
-ere_size = njit_kernel(ere_size_py)
 uniform_lane = njit_kernel(uniform_lane_py)
 per_lane = njit_kernel(per_lane_py)
 
 
-def _window(istate, ere, eta, c_min):  # type: ignore[no-untyped-def]
+def window_py(istate, ere, eta, c_min):  # type: ignore[no-untyped-def]
+    """Rows in the online window: ERE's ``c_k`` for the ``k``, ``K`` in ``istate``, else all."""
     size = istate[SIZE]
     if ere:
         return ere_size(size, istate[ERE_K], istate[ERE_BIGK], eta, c_min)
     return size
 
 
-window = njit_kernel(_window)
+window = njit_kernel(window_py)
 
 
 # --------------------------------------------------------------------------- host twins

@@ -1,10 +1,11 @@
 """Device kernels of the ring replay: insert with wrap, gathers, ring state, uniform draws.
 
 Imported lazily by ``gpu.py`` (importing it imports ``numba.cuda``).  The scalar bodies of
-``_ring_kernels.py``, ``_quantize_kernels.py``, ``_per_kernels.py`` and ``_lanes.py`` are
-compiled here as device functions, with the names they call rebound to device compiles
-(the ``samplers/_uniform_cuda.py`` pattern), so the device and its host twin agree bit for
-bit by construction.  Kernels take arrays and scalars only, never allocate, never raise.
+``_ring_kernels.py``, ``_quantize_kernels.py``, ``_split.py``, ``_lanes.py`` and
+``samplers/kernels.py`` are compiled here as device functions, with the names they call
+rebound to device compiles (``numbatraj._jit.device_twin``), so the device and its host
+twin agree bit for bit by construction.  Kernels take arrays and scalars only, never
+allocate, never raise.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import numpy as np
 from numba import cuda
 
 from numbatraj._cuda import is_simulator
-from numbatraj.replay import _lanes, _per_kernels, _quantize_kernels, _ring_kernels
-from numbatraj.samplers._uniform_cuda import _rebind, philox4x32_dev, philox_index_dev
+from numbatraj._jit import device_twin
+from numbatraj.replay import _lanes, _quantize_kernels, _ring_kernels, _split
+from numbatraj.samplers import kernels
 
 __all__ = ["PTX_SIGNATURES", "THREADS_PER_BLOCK", "dev"]
 
@@ -35,19 +37,23 @@ class _Dev:
     physical_row = _j(_ring_kernels.physical_row_py)
     quantize = _j(_quantize_kernels.quantize_py)
     dequantize = _j(_quantize_kernels.dequantize_py)
-    descend = _j(_per_kernels.descend_py)
-    prefix_mass = _j(_per_kernels.prefix_mass_py)
-    range_min = _j(_per_kernels.range_min_py)
-    philox_uniform = _j(_rebind(_per_kernels.philox_uniform_py, philox4x32=philox4x32_dev))
-    demo_lanes = _j(_lanes.demo_lanes_py)
-    ere_size = _j(_lanes.ere_size_py)
+    descend = _j(kernels.descend_py)
+    prefix_mass = _j(kernels.prefix_mass_py)
+    range_min = _j(kernels.range_min_py)
+    philox_uniform = kernels.philox_uniform_dev
+    demo_lanes = _j(_split.split_lanes_py)
+    ere_size = _j(_split.ere_size_py)
+    window_start = _j(_split.window_start_py)
+    window_ranges = _j(_split.window_ranges_py)
     uniform_lane = _j(
-        _rebind(_lanes.uniform_lane_py, philox_index=philox_index_dev, physical_row=physical_row)
+        device_twin(_lanes.uniform_lane_py, philox_index=kernels.philox_index_dev,
+                    physical_row=physical_row, window_start=window_start)
     )
     per_lane = _j(
-        _rebind(_lanes.per_lane_py, descend=descend, prefix_mass=prefix_mass, range_min=range_min)
+        device_twin(_lanes.per_lane_py, descend=descend, prefix_mass=prefix_mass,
+                    range_min=range_min, window_ranges=window_ranges)
     )
-    window = _j(_rebind(_lanes._window, ere_size=ere_size))
+    window = _j(device_twin(_lanes.window_py, ere_size=ere_size))
 
 
 dev = _Dev

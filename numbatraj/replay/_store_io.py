@@ -12,15 +12,44 @@ a dump needs memory for one block, not for the buffer.
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
+from numbatraj.data.column import ColumnSpec
 from numbatraj.data.store import TrajectoryStore
 from numbatraj.data.writer import TrajectoryStoreWriter
 from numbatraj.errors import SchemaError
 
-__all__ = ["dump_replay", "replay_from_store", "episode_ends", "BLOCK_ROWS"]
+__all__ = ["BLOCK_ROWS", "HeldRows", "dump_replay", "episode_ends", "replay_from_store"]
+
+
+class HeldRows(Protocol):
+    """What a dump reads from a host replay."""
+
+    @property
+    def columns(self) -> dict[str, ColumnSpec]: ...
+    @property
+    def n_rows(self) -> int: ...
+    @property
+    def n_demo(self) -> int: ...
+    @property
+    def seed(self) -> int: ...
+    def time_order(self) -> np.ndarray: ...
+    def storage(self, name: str) -> np.ndarray: ...
+    def rows(self, indices: Any = None) -> dict[str, np.ndarray]: ...
+
+
+class _Fillable(Protocol):
+    @property
+    def columns(self) -> dict[str, ColumnSpec]: ...
+    @property
+    def ring_capacity(self) -> int: ...
+    def add(self, **rows: Any) -> int: ...
+
+
+F = TypeVar("F", bound=_Fillable)
 
 #: Rows moved per block by dump and from_store.
 BLOCK_ROWS = 1 << 16
@@ -35,7 +64,7 @@ def episode_ends(flags: np.ndarray) -> np.ndarray:
     return np.diff(np.concatenate(([0], ends))).astype(np.int64)
 
 
-def dump_replay(rep: Any, path: str | os.PathLike[str], *, env_id: str | None,
+def dump_replay(rep: HeldRows, path: str | os.PathLike[str], *, env_id: str | None,
                 overwrite: bool) -> int:
     if rep.n_rows == 0:
         raise SchemaError("dump: the replay holds no rows; a store needs at least one episode")
@@ -43,7 +72,7 @@ def dump_replay(rep: Any, path: str | os.PathLike[str], *, env_id: str | None,
     cut_cols = [c for c in ("done", "truncated") if c in rep.columns]
     flags = np.zeros(order.shape[0], dtype=np.bool_)
     for c in cut_cols:
-        flags |= rep._data[c][order].astype(np.bool_)
+        flags |= rep.storage(c)[order].astype(np.bool_)
     if 0 < rep.n_demo < order.shape[0]:
         flags[rep.n_demo - 1] = True  # the demo prefix ends where the online rows begin
     lengths = episode_ends(flags)
@@ -71,7 +100,7 @@ def dump_replay(rep: Any, path: str | os.PathLike[str], *, env_id: str | None,
     return int(lengths.shape[0])
 
 
-def replay_from_store(cls: type, store: Any, capacity: int, **kwargs: Any) -> Any:
+def replay_from_store(cls: Callable[..., F], store: Any, capacity: int, **kwargs: Any) -> F:
     own = not isinstance(store, TrajectoryStore)
     st = TrajectoryStore(os.fspath(store)) if own else store
     try:

@@ -1,23 +1,28 @@
-"""StoreReplay: declared columns in a host ring, plus one sampler (uniform or prioritized)."""
+"""StoreReplay: declared columns in a host ring, plus one sampler (uniform or prioritized).
+
+The configuration, ring state, checks and templates are the replay core's
+(``_front.ReplayFront``); this module holds where the host keeps the data: one record per
+row, and the sampler that owns the population and its random streams.
+"""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
 from numbatraj.data.column import ColumnSpec
 from numbatraj.data.index_batch import IndexBatch
-from numbatraj.errors import SamplerError, SchemaError
+from numbatraj.errors import IntegrityError, SchemaError
+from numbatraj.replay import _checkpoint as ck
 from numbatraj.replay import _draw
-from numbatraj.replay import _per_kernels as _pk
 from numbatraj.replay import _quantize_kernels as _qk
 from numbatraj.replay import _ring_kernels as _rk
-from numbatraj.replay.columns import Quantization, ReplayColumns
+from numbatraj.replay._front import ReplayFront
+from numbatraj.replay._split import window_start_py
+from numbatraj.replay.columns import ReplayColumns
 from numbatraj.samplers import PrioritizedSampler, UniformSampler
-from numbatraj.samplers._args import check_count, check_seed
 
 __all__ = ["StoreReplay"]
 
@@ -57,7 +62,7 @@ def _view(raw: np.ndarray, shape: tuple[int, ...], dtype: np.dtype, offset: int,
                       strides=(row_bytes, *inner))
 
 
-class StoreReplay:
+class StoreReplay(ReplayFront):
     """An online replay buffer: any declared column set, a ring, and one sampler.
 
     Parameters
@@ -71,8 +76,8 @@ class StoreReplay:
         Draw rows in proportion to ``priority**alpha`` (a :class:`PrioritizedSampler`) with IS
         weights; otherwise uniformly (a :class:`UniformSampler`).
     seed : int
-        Seed of the sampler's stream (and of the replay's own stream for restricted
-        prioritized draws).
+        Seed of the sampler's streams (a prioritized sampler draws restricted ranges, the
+        ERE window and the demo split, from a second stream of the same seed).
     alpha, beta, eps : float
         Prioritization exponent, IS-weight exponent, priority offset (prioritized only).
     quantize : mapping of str to (low, high), optional
@@ -87,9 +92,12 @@ class StoreReplay:
     Notes
     -----
     ``add`` validates every column before writing any, so a failed add changes nothing.
-    The arrays ``sample`` returns are new; ``sample_into`` fills caller-owned ones and returns
-    an :class:`IndexBatch` it reuses on every call of the same batch size.
+    The arrays ``sample`` and ``sample_indices`` return are new; ``sample_into`` fills
+    caller-owned ones and returns the replay's own :class:`IndexBatch` for that batch size,
+    refilled by the next ``sample_into`` of the same size (the contract of both replays).
     """
+
+    _KIND = "StoreReplay"
 
     def __init__(
         self,
@@ -105,25 +113,22 @@ class StoreReplay:
         demo_capacity: int = 0,
         demo_fraction: float | None = None,
     ) -> None:
-        self._cols = ReplayColumns(columns, quantize)
-        cap = check_count("capacity", capacity)
-        d = check_count("demo_capacity", demo_capacity, minimum=0)
-        if d >= cap:
-            raise SchemaError(
-                f"demo_capacity {d} leaves no ring rows in a replay of capacity {cap}; "
-                f"expected demo_capacity < capacity"
-            )
-        self._capacity, self._d, self._r = cap, d, cap - d
-        self._seed = check_seed(seed)
-        self._prioritized = bool(prioritized)
-        self._hyper = {"alpha": alpha, "beta": beta, "eps": eps}
-        self._fraction = _draw.check_fraction(demo_fraction)
-        self._sampler: Any
+        super().__init__(
+            columns, capacity, prioritized=prioritized, seed=seed, alpha=alpha, beta=beta,
+            eps=eps, quantize=quantize, demo_capacity=demo_capacity,
+            demo_fraction=demo_fraction,
+        )
+        cap = self._capacity
+        self._sampler: PrioritizedSampler | UniformSampler
         if self._prioritized:
-            self._sampler = PrioritizedSampler(cap, alpha, beta, eps, self._seed)
+            self._per: PrioritizedSampler | None = PrioritizedSampler(
+                cap, self._alpha, self._beta, self._eps, self._seed
+            )
+            self._uni: UniformSampler | None = None
+            self._sampler = self._per
         else:
-            self._sampler = UniformSampler(0, self._seed)
-        self._gen = np.random.Generator(np.random.PCG64([self._seed, 1]))
+            self._per = None
+            self._uni = self._sampler = UniformSampler(0, self._seed)
         self._data: dict[str, np.ndarray] = {}
         self._rows2d: dict[str, np.ndarray] = {}  # (capacity, elements per row), storage dtype
         self._words: dict[str, np.ndarray] = {}  # (capacity, words per row), for gathers
@@ -166,93 +171,21 @@ class StoreReplay:
         self._one_plan: tuple[np.ndarray, ...] | None = (
             None if self._cols.quant else tuple(self._data[n] for n in self._cols.names)
         )
-        self._cursor = 0
-        self._size = 0
-        self._n_demo = 0
-        self._n_added = 0
-        self._ere: _draw.EreConfig | None = None
         self._into: dict[int, IndexBatch] = {}  # batch size -> the batch sample_into refills
-        self._work: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     # ------------------------------------------------------------------ properties
     @property
-    def columns(self) -> dict[str, ColumnSpec]:
-        """The declared columns, by name."""
-        return dict(self._cols.specs)
-
-    @property
-    def quantization(self) -> dict[str, Quantization]:
-        """Quantised columns and their ranges."""
-        return dict(self._cols.quant)
-
-    @property
-    def capacity(self) -> int:
-        return self._capacity
-
-    @property
-    def demo_capacity(self) -> int:
-        return self._d
-
-    @property
-    def ring_capacity(self) -> int:
-        """Rows the ring wraps over: ``capacity - demo_capacity``."""
-        return self._r
-
-    @property
-    def size(self) -> int:
-        """Online rows held (at most :attr:`ring_capacity`)."""
-        return self._size
-
-    @property
-    def n_demo(self) -> int:
-        """Demonstration rows held."""
-        return self._n_demo
-
-    @property
-    def n_rows(self) -> int:
-        """All rows that can be sampled: ``n_demo + size``."""
-        return self._n_demo + self._size
-
-    def __len__(self) -> int:
-        return self.n_rows
-
-    @property
-    def cursor(self) -> int:
-        """Ring slot the next online row goes to."""
-        return self._cursor
-
-    @property
-    def n_added(self) -> int:
-        """Online rows ever added (overwritten ones included)."""
-        return self._n_added
-
-    @property
-    def prioritized(self) -> bool:
-        return self._prioritized
-
-    @property
-    def seed(self) -> int:
-        return self._seed
-
-    @property
-    def demo_fraction(self) -> float | None:
-        return self._fraction
-
-    @property
-    def sampler(self) -> Any:
-        """The index policy (:class:`UniformSampler` or :class:`PrioritizedSampler`)."""
+    def sampler(self) -> PrioritizedSampler | UniformSampler:
+        """The index policy (:class:`UniformSampler` or :class:`PrioritizedSampler`); it owns
+        the population (every held row) and the random streams."""
         return self._sampler
 
-    @property
-    def beta(self) -> float:
-        """IS-weight exponent (prioritized); assign to anneal it."""
-        return float(self._sampler.beta if self._prioritized else self._hyper["beta"])
+    def _get_beta(self) -> float:
+        return self._per.beta if self._per is not None else self._beta
 
-    @beta.setter
-    def beta(self, value: float) -> None:
-        if not self._prioritized:
-            raise SamplerError("beta applies to a prioritized replay (prioritized=True)")
-        self._sampler.beta = value
+    def _beta_changed(self) -> None:
+        if self._per is not None:
+            self._per.beta = self._beta
 
     def storage(self, name: str) -> np.ndarray:
         """Read-only view of column ``name``'s physical rows ``(capacity, *shape)`` (uint8
@@ -296,38 +229,28 @@ class StoreReplay:
                     dst[base : base + n - skip - first] = items[skip + first :]
 
     def add(self, **rows: Any) -> int:
-        """Insert one row or a batch of ``n`` rows of every column into the ring.
-
-        Parameters
-        ----------
-        **rows : array-like
-            One entry per declared column: shape ``spec.shape`` (one row) or
-            ``(n, *spec.shape)``, exactly the declared dtype.  When ``n`` exceeds the free
-            space the ring wraps; when it exceeds the ring's capacity the newest rows win.
-
-        Returns
-        -------
-        int
-            ``n``, the rows offered.
-        """
+        """Insert one row or a batch of rows (see :meth:`ReplayFront.add`); one checked row
+        takes a fast path of numpy item copies."""
         plan = self._one_plan
         if plan is not None:
             one = self._cols.single_row(rows)
             if one is not None:
                 return self._add_one(plan, one)
         arrays, n = self._cols.check_rows(rows)
-        if n == 0:
-            return 0
-        r, cur = self._r, self._cursor
-        self._put(arrays, self._d, r, cur)
-        if self._prioritized:
+        return self._add_rows(arrays, n)
+
+    def _write_ring(self, arrays: dict[str, Any], n: int, cursor: int) -> None:
+        r = self._r
+        self._put(arrays, self._d, r, cursor)
+        if self._per is not None:
             slots = np.empty(min(n, r), dtype=np.int64)
-            _rk.ring_slots_cpu(self._d, r, cur, n, slots)
-            self._sampler.note_added(slots)
-        self._cursor = (cur + n) % r
-        self._size = min(self._size + n, r)
-        self._n_added += n
-        return n
+            _rk.ring_slots_cpu(self._d, r, cursor, n, slots)
+            self._per.note_added(slots)
+
+    def _write_demos(self, arrays: dict[str, Any], n: int) -> None:
+        self._put(arrays, self._n_demo, n, 0)
+        if self._per is not None:
+            self._per.note_added(np.arange(self._n_demo, self._n_demo + n, dtype=np.int64))
 
     def _add_one(self, plan: tuple[np.ndarray, ...], values: list[Any]) -> int:
         """One checked row (:meth:`ReplayColumns.single_row`) into ring slot ``cursor``.
@@ -339,8 +262,8 @@ class StoreReplay:
         pos = self._d + cur
         for dst, v in zip(plan, values):
             dst[pos] = v
-        if self._prioritized:
-            self._sampler.note_added(np.array([pos], dtype=np.int64))
+        if self._per is not None:
+            self._per.note_added(np.array([pos], dtype=np.int64))
         r = self._r
         self._cursor = cur + 1 if cur + 1 < r else 0
         if self._size < r:
@@ -348,80 +271,18 @@ class StoreReplay:
         self._n_added += 1
         return 1
 
-    def add_demos(self, **rows: Any) -> int:
-        """Append demonstration rows to the pinned prefix (same checks as :meth:`add`).
-
-        Raises :class:`SchemaError` (and writes nothing) when they do not fit in
-        ``demo_capacity - n_demo`` free rows.
-        """
-        arrays, n = self._cols.check_rows(rows, "add_demos")
-        if n == 0:
-            return 0
-        free = self._d - self._n_demo
-        if n > free:
-            raise SchemaError(
-                f"add_demos: {n} rows do not fit the demonstration prefix ({self._n_demo} of "
-                f"demo_capacity {self._d} rows used, {free} free); nothing was written"
-            )
-        self._put(arrays, self._n_demo, n, 0)
-        if self._prioritized:
-            self._sampler.note_added(np.arange(self._n_demo, self._n_demo + n, dtype=np.int64))
-        self._n_demo += n
-        return n
-
-    def load_demos(self, demo: Any) -> int:
-        """Append the rows of a :class:`~numbatraj.replay.DemoFile` (or a path to one) to the
-        pinned prefix.  Its columns must include every replay column with the same dtype and
-        shape; extra columns (``intervention``) are ignored.  Returns the rows added."""
-        from numbatraj.replay.demo_file import DemoFile
-
-        f = demo if isinstance(demo, DemoFile) else DemoFile(os.fspath(demo))
-        missing = [c for c in self._cols.names if c not in f.columns]
-        if missing:
-            raise SchemaError(
-                f"load_demos: {f.path!r} has no column(s) {', '.join(map(repr, missing))}; "
-                f"it holds {', '.join(f.columns)}"
-            )
-        return self.add_demos(**{c: f.column(c) for c in self._cols.names})
-
-    # ------------------------------------------------------------------ ERE
-    def configure_ere(self, enabled: bool, eta: float = 0.996, c_min: int = 5000) -> None:
-        """Turn Emphasizing Recent Experience on or off.
-
-        When on, :meth:`sample` needs ``k`` and ``K`` and draws online rows from the
-        ``c_k = max(N * eta**(k * 1000 / K), c_min)`` most recent ones (``N`` = :attr:`size`,
-        ``c_k <= N``).  Demonstrations are drawn only through ``demo_fraction``.
-        """
-        self._ere = _draw.check_ere(eta, c_min) if enabled else None
-
-    @property
-    def ere(self) -> _draw.EreConfig | None:
-        """The ERE settings, or None when off."""
-        return self._ere
-
-    def ere_window(self, k: int, K: int) -> int:
-        """``c_k`` for update ``k`` of ``K`` at the current size (ERE must be on)."""
-        if self._ere is None:
-            raise SamplerError("ERE is off; call configure_ere(True, ...) first")
-        return _draw.ere_window(self._ere, self._size, k, K)
-
     # ------------------------------------------------------------------ sampling
-    def sample_indices(
-        self, batch_size: int, k: int | None = None, K: int | None = None
-    ) -> IndexBatch:
-        """Physical rows of one minibatch (with IS weights and stamps when prioritized), in
-        new arrays."""
-        b = check_count("batch_size", batch_size)
+    def _new_batch(self, b: int) -> IndexBatch:
         if self._prioritized:
-            batch = IndexBatch(
+            return IndexBatch(
                 np.empty(b, dtype=np.int64),
                 weights=np.empty(b, dtype=np.float32),
                 stamps=np.empty(b, dtype=np.int64),
             )
-        else:
-            batch = IndexBatch(np.empty(b, dtype=np.int64))
-        self._draw_into(batch, k, K)
-        return batch
+        return IndexBatch(np.empty(b, dtype=np.int64))
+
+    def _index_batch(self, b: int) -> IndexBatch:
+        return self._new_batch(b)
 
     def _reused_batch(self, b: int) -> IndexBatch:
         """The IndexBatch :meth:`sample_into` refills for batch size ``b``."""
@@ -429,67 +290,47 @@ class StoreReplay:
         if batch is None:
             if len(self._into) >= 8:
                 self._into.clear()
-            if self._prioritized:
-                batch = IndexBatch(
-                    np.empty(b, dtype=np.int64),
-                    weights=np.empty(b, dtype=np.float32),
-                    stamps=np.empty(b, dtype=np.int64),
-                )
-            else:
-                batch = IndexBatch(np.empty(b, dtype=np.int64))
+            batch = self._new_batch(b)
             self._into[b] = batch
         return batch
 
-    def _buffers(self, b: int) -> tuple[np.ndarray, np.ndarray]:
-        """Uniforms (B,) and scratch (2, B) of restricted prioritized draws, reused."""
-        w = self._work.get(b)
-        if w is None:
-            if len(self._work) >= 8:
-                self._work.clear()
-            w = self._work[b] = (np.empty(b), np.empty((2, b)))
-        return w
-
-    def _draw_into(self, batch: IndexBatch, k: int | None, K: int | None) -> None:  # noqa: N803
-        """Fill ``batch``'s arrays (indices; weights and stamps when prioritized)."""
+    def _draw(self, batch: IndexBatch, k: int | None, K: int | None) -> None:  # noqa: N803
+        """Fill ``batch``'s arrays (indices; weights and stamps when prioritized) through the
+        sampler: the whole population, or restricted ranges (the demo split, the ERE
+        window), mapped from the ring's logical rows to physical rows."""
         idx = batch.indices
         b = idx.shape[0]
-        if self.n_rows == 0:
-            raise SamplerError(
-                "cannot sample: the replay is empty (no online or demonstration rows); "
-                "add() rows first"
-            )
-        c = self._size if self._ere is None else self.ere_window(k, K)  # type: ignore[arg-type]
-        m = _draw.split_batch(b, self._n_demo, self._size, self._fraction, self._ere is not None)
-        if m < 0 and self._prioritized:
-            self._sampler.sample_into(idx, batch.weights, batch.stamps)
+        ere = self._ere
+        c = self._size if ere is None else _draw.ere_window(ere, self._size, k, K)
+        m = _draw.split_batch(b, self._n_demo, self._size, self._fraction, ere is not None)
+        per, uni = self._per, self._uni
+        if per is not None:
+            if m < 0:
+                per.sample_into(idx, batch.weights, batch.stamps)
+                return
+            w, st = batch.weights, batch.stamps
+            if m:
+                per.sample_ranges_into(idx[:m], w[:m], st[:m], 0, self._n_demo)
+            if b - m:
+                lo0, hi0, lo1, hi1 = _draw.window_ranges(self._d, self._r, self._cursor, c)
+                per.sample_ranges_into(idx[m:], w[m:], st[m:], lo0, hi0, lo1, hi1)
             return
+        assert uni is not None
+        n = self._n_demo + self._size
+        if uni.n_rows != n:  # the population (every held row) grew since the last draw
+            uni.n_rows = n
         if m < 0:
-            self._sampler.sample_into(idx, n_rows=self.n_rows)
-            start = (self._cursor - self._size) % self._r
+            uni.sample_into(idx)
+            start = window_start_py(self._cursor, self._size, self._r)
             _rk.ring_physical_cpu(idx, self._n_demo, self._d, self._r, start, idx)
             return
-        if not self._prioritized:
-            if m:
-                self._sampler.sample_into(idx[:m], n_rows=self._n_demo)
-            if b - m:
-                part = idx[m:]
-                self._sampler.sample_into(part, n_rows=c)
-                _rk.ring_physical_cpu(part, 0, self._d, self._r, (self._cursor - c) % self._r,
-                                      part)
-            return
-        weights = batch.weights
-        t = self._sampler.tree
-        beta = self._sampler.beta
-        u, scratch = self._buffers(b)
-        self._gen.random(out=u)  # the same stream as drawing m, then b - m, uniforms
         if m:
-            _pk.sample_ranges_cpu(t.sums, t.mins, t.n_leaves_padded, u[:m], beta,
-                                  0, self._n_demo, 0, 0, idx[:m], weights[:m], scratch[:, :m])
+            uni.sample_range_into(idx[:m], 0, self._n_demo)
         if b - m:
-            lo0, hi0, lo1, hi1 = _draw.window_ranges(self._d, self._r, self._cursor, c)
-            _pk.sample_ranges_cpu(t.sums, t.mins, t.n_leaves_padded, u[m:], beta, lo0, hi0,
-                                  lo1, hi1, idx[m:], weights[m:], scratch[:, m:])
-        self._sampler.generation(idx, out=batch.stamps)
+            part = idx[m:]
+            uni.sample_range_into(part, 0, c)
+            _rk.ring_physical_cpu(part, 0, self._d, self._r,
+                                  window_start_py(self._cursor, c, self._r), part)
 
     def _gather_buffers(self, b: int) -> tuple[Any, ...]:
         """Records scratch (b, row words) and each column's view of it, reused per size."""
@@ -511,7 +352,8 @@ class StoreReplay:
             w = self._gather_work[b] = (recs, cols, np.arange(b, dtype=np.int64))
         return w
 
-    def _gather(self, idx: np.ndarray, outputs: Mapping[str, np.ndarray]) -> None:
+    def _gather(self, idx: np.ndarray, outputs: Mapping[str, np.ndarray],
+                b: int | None = None) -> None:
         b = idx.shape[0]
         if b == 0:
             return
@@ -537,71 +379,21 @@ class StoreReplay:
             else:
                 _qk.gather_dequantize_cpu(cols[name], ident, q.low, q.step, out.reshape(b, e))
 
-    def sample(
-        self, batch_size: int, k: int | None = None, K: int | None = None
-    ) -> tuple[dict[str, np.ndarray], IndexBatch]:
-        """Draw a minibatch.
-
-        Parameters
-        ----------
-        batch_size : int
-            Rows (>= 1), drawn with replacement.
-        k, K : int, optional
-            Update ``k`` of ``K`` in the current phase; required when ERE is on.
-
-        Returns
-        -------
-        dict of str to ndarray
-            Every column, shape ``(batch_size, *spec.shape)``, declared dtype (float32 for
-            a quantised column).
-        IndexBatch
-            Physical rows; with ``prioritized=True`` also ``weights`` float32 ``(B,)`` and
-            ``stamps`` int64 ``(B,)`` for :meth:`update_priorities`.
-        """
-        batch = self.sample_indices(batch_size, k, K)
-        b = batch.batch_size
-        out = {
+    def _new_outputs(self, b: int) -> dict[str, np.ndarray]:
+        return {
             n: np.empty((b, *s.shape), dtype=self._cols.sample_dtype(n))
             for n, s in self._cols.specs.items()
         }
-        self._gather(batch.indices, out)
-        return out, batch
 
-    def sample_into(
-        self,
-        outputs: Mapping[str, np.ndarray],
-        batch_size: int,
-        k: int | None = None,
-        K: int | None = None,
-    ) -> IndexBatch:
-        """:meth:`sample` into caller-owned arrays: ``outputs[name]`` C-contiguous, writeable,
-        shape ``(batch_size, *spec.shape)``, the sample dtype.  Every column must be there;
-        they are checked before anything is drawn.
-
-        Nothing is allocated once a batch size has been seen: the returned
-        :class:`IndexBatch` and its arrays belong to the replay and are refilled by the next
-        ``sample_into`` of the same batch size (copy them to keep them).
-        """
-        b = check_count("batch_size", batch_size)
-        if set(outputs) != set(self._cols.names):
+    def _check_output(self, name: str, out: Any, dtype: np.dtype,
+                      shape: tuple[int, ...]) -> None:
+        if not isinstance(out, np.ndarray) or out.dtype != dtype or out.shape != shape:
+            got = f"{out.dtype} {out.shape}" if isinstance(out, np.ndarray) else type(out).__name__
             raise SchemaError(
-                f"sample_into: outputs has columns {sorted(outputs)}, expected "
-                f"{sorted(self._cols.names)}"
+                f"sample_into: outputs[{name!r}] is {got}, expected {dtype.name} {shape}"
             )
-        for name, spec in self._cols.specs.items():
-            o = outputs[name]
-            dt, shape = self._cols.sample_dtype(name), (b, *spec.shape)
-            if not isinstance(o, np.ndarray) or o.dtype != dt or o.shape != shape:
-                got = f"{o.dtype} {o.shape}" if isinstance(o, np.ndarray) else type(o).__name__
-                raise SchemaError(
-                    f"sample_into: outputs[{name!r}] is {got}, expected {dt.name} {shape}"
-                )
-            if not o.flags.c_contiguous or not o.flags.writeable:
-                raise SchemaError(f"sample_into: outputs[{name!r}] must be C-contiguous, writeable")
-        batch = self._reused_batch(b)
-        self._draw_into(batch, k, K)
-        self._gather(batch.indices, outputs)
-        return batch
+        if not out.flags.c_contiguous or not out.flags.writeable:
+            raise SchemaError(f"sample_into: outputs[{name!r}] must be C-contiguous, writeable")
 
     def update_priorities(self, batch: IndexBatch | Any, priorities: Any) -> int:
         """Feed new priorities back for a sampled batch (e.g. ``|TD error|``).
@@ -609,9 +401,9 @@ class StoreReplay:
         Rows overwritten since they were sampled (stale generation stamp) are skipped.
         Returns how many were skipped.  Only for ``prioritized=True``.
         """
-        if not self._prioritized:
-            raise SamplerError("update_priorities needs a prioritized replay (prioritized=True)")
-        return int(self._sampler.update_priorities(batch, priorities))
+        self._need_prioritized()
+        assert self._per is not None
+        return int(self._per.update_priorities(batch, priorities))
 
     # ------------------------------------------------------------------ reading back
     def time_order(self) -> np.ndarray:
@@ -630,43 +422,55 @@ class StoreReplay:
             n: np.empty((idx.shape[0], *s.shape), dtype=self._cols.sample_dtype(n))
             for n, s in self._cols.specs.items()
         }
-        self._gather(np.ascontiguousarray(idx), out)
+        self._gather(np.ascontiguousarray(idx), out, idx.shape[0])
         return out
 
-    # ------------------------------------------------------------------ files
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Checkpoint everything (rows, cursor, size, priorities, streams) to ``path``
-        (HDF5, written to ``<path>.tmp`` and renamed when complete)."""
-        from numbatraj.replay._checkpoint import save_replay
+    # ------------------------------------------------------------------ checkpoints
+    def _saved_rows(self) -> Iterator[tuple[str, np.ndarray, np.ndarray]]:
+        d, nd, size = self._d, self._n_demo, self._size
+        for name in self._cols.names:
+            data = self._data[name]
+            yield name, data[:nd], data[d : d + size]
 
-        save_replay(self, path)
+    def _stream_state(self) -> dict[str, Any]:
+        st = self._sampler.state_dict()
+        for key in ("leaves", "stamps", "present"):
+            st.pop(key, None)
+        return {"sampler": st}
 
-    @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> StoreReplay:
-        """A replay restored from :meth:`save`: it samples exactly what the saved one would."""
-        from numbatraj.replay._checkpoint import load_replay
+    def _tree_arrays(self) -> ck.TreeArrays | None:
+        if self._per is None:
+            return None
+        st = self._per.state_dict()
+        return ck.TreeArrays(st["leaves"], st["stamps"], st["present"])
 
-        return load_replay(cls, path)
+    def _row_buffer(self, name: str, lo: int, n: int, shape: tuple[int, ...],
+                    dtype: np.dtype) -> np.ndarray:
+        return self._data[name][lo : lo + n]  # straight into the row records
 
-    def dump(self, path: str | os.PathLike[str], *, env_id: str | None = None,
-             overwrite: bool = False) -> int:
-        """Write every held row in time order into a trajectory store, episodes cut after
-        each ``done`` or ``truncated`` row.  Returns the number of episodes."""
-        from numbatraj.replay._store_io import dump_replay
+    def _load_rows(self, name: str, demo: np.ndarray, ring_rows: np.ndarray,
+                   ring: ck.RingState) -> None:
+        for lo, rows in ((0, demo), (self._d, ring_rows)):
+            dest = self._data[name][lo : lo + rows.shape[0]]
+            if not np.may_share_memory(dest, rows):
+                dest[...] = rows
 
-        return dump_replay(self, path, env_id=env_id, overwrite=overwrite)
+    def _restore(self, state: dict[str, Any], ring: ck.RingState, tree: ck.TreeArrays | None,
+                 path: str) -> None:
+        try:
+            sampler_state = dict(state["sampler"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise IntegrityError(f"checkpoint {path!r}: unreadable sampler state: {exc!r}") from exc
+        if tree is not None:
+            sampler_state.update(leaves=tree.leaves, stamps=tree.stamps, present=tree.present)
+            if "range_generator" not in sampler_state and "generator" in state:
+                # files written before the restricted draws moved into the sampler kept
+                # their stream as the replay's own generator
+                sampler_state["range_generator"] = state["generator"]
+        self._sampler.load_state_dict(sampler_state)
+        self._set_ring_state(ring)
+        if self._per is not None:
+            self._beta = self._per.beta
 
-    @classmethod
-    def from_store(cls, store: Any, capacity: int, **kwargs: Any) -> StoreReplay:
-        """A replay with the store's columns, filled with its rows in order (the newest
-        ``capacity`` win); ``kwargs`` go to the constructor."""
-        from numbatraj.replay._store_io import replay_from_store
-
-        return replay_from_store(cls, store, capacity, **kwargs)
-
-    def __repr__(self) -> str:
-        kind = "prioritized" if self._prioritized else "uniform"
-        return (
-            f"StoreReplay(columns={list(self._cols.names)}, capacity={self._capacity}, "
-            f"size={self._size}, n_demo={self._n_demo}, {kind})"
-        )
+    def _host_rows(self) -> StoreReplay:
+        return self

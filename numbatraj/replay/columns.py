@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from numbatraj._cuda import is_device_array
 from numbatraj.data.column import ColumnSpec, check_column_set
-from numbatraj.data.index_batch import _on_device
 from numbatraj.errors import SchemaError
 
 __all__ = ["Quantization", "ReplayColumns"]
@@ -195,6 +195,8 @@ _SCALAR_KINDS = {"b": "biuf", "i": "iuf", "u": "iuf", "f": "f"}
 def _check_range(name: str, dt: np.dtype, v: int | float, what: str) -> None:
     """Raise SchemaError when the Python number ``v`` does not fit column ``name``'s dtype
     ``dt`` (an integer outside ``np.iinfo``, or a finite number that would become inf)."""
+    lo: int | float
+    hi: int | float
     if dt.kind in "iu":
         info = np.iinfo(dt)
         if info.min <= v <= info.max:
@@ -225,7 +227,7 @@ def _coerce(name: str, spec: ColumnSpec, v: Any, what: str) -> np.ndarray:
     numpy scalars of the exact dtype pass; Python scalars are converted when their kind
     fits (bool -> bool/int/float columns, int -> int/float, float -> float).
     """
-    if _on_device(v):  # a device array (StoreReplayGpu): exact dtype, no copy
+    if is_device_array(v):  # a device array (StoreReplayGpu): exact dtype, no copy
         if np.dtype(v.dtype) != spec.dtype:
             raise SchemaError(
                 f"{what}: column {name!r} is {spec.dtype.name}, got a device array of "

@@ -16,7 +16,8 @@ data_off   ``n_rows`` packed records of the structured dtype the columns describ
 =========  ========================================================================
 
 Every file has a bool ``intervention`` column (True where a human took over).  The writer
-builds ``<path>.tmp`` and renames it when :meth:`DemoWriter.close` has written the final
+builds a temporary file beside ``path`` (``numbatraj.io.atomic.temp_path``) and publishes it
+when :meth:`DemoWriter.close` has written the final
 row count and CRC; a reader refuses a wrong magic, an unknown version, a header that does
 not parse, and a file whose size is not exactly ``data_offset + n_rows * record_bytes``.
 """
@@ -35,6 +36,7 @@ import numpy as np
 
 from numbatraj.data.column import ColumnSpec
 from numbatraj.errors import IntegrityError, NumbatrajError, SchemaError
+from numbatraj.io.atomic import discard, publish, temp_path
 from numbatraj.replay.columns import ReplayColumns
 
 __all__ = ["DemoWriter", "DemoFile", "DEMO_MAGIC", "DEMO_VERSION", "INTERVENTION"]
@@ -63,33 +65,20 @@ def _with_intervention(columns: Iterable[ColumnSpec]) -> list[ColumnSpec]:
     return cols
 
 
-def _fsync_dir(path: str) -> None:
-    """fsync the directory holding ``path``, so a rename into it survives a crash (a no-op
-    where directories cannot be opened, e.g. Windows)."""
-    try:
-        fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class DemoWriter:
     """Append transition rows to a new ``.demo`` file; :meth:`close` finalises atomically.
 
     Parameters
     ----------
     path : path-like
-        Destination; built at ``<path>.tmp``.
+        Destination; built at :attr:`tmp_path` (``<path>.<random>.tmp``) beside it.
     columns : iterable of ColumnSpec
         Row layout (typically obs, action, reward, next_obs, done); a bool ``intervention``
         column is added when not declared.
     overwrite : bool
         Replace an existing file at ``path`` on close.  Without it, a file that appears at
         ``path`` while writing is not replaced: :meth:`close` raises FileExistsError and
-        leaves the finished file at ``<path>.tmp``.
+        leaves the finished file at :attr:`tmp_path`.
     """
 
     def __init__(self, path: str | os.PathLike[str], columns: Iterable[ColumnSpec], *,
@@ -123,7 +112,7 @@ class DemoWriter:
         self._crc = 0
         self._overwrite = overwrite
         self._keep_tmp = False
-        self.tmp_path = self.path + ".tmp"
+        self.tmp_path = temp_path(self.path)
         self._f: Any = open(self.tmp_path, "wb")  # noqa: SIM115 - closed in close()/abort()
         self._f.write(self._fixed())
         self._f.write(body)
@@ -164,7 +153,9 @@ class DemoWriter:
         return n
 
     def close(self) -> None:
-        """Write the final row count and CRC, fsync, rename ``<path>.tmp`` to ``path``."""
+        """Write the final row count and CRC, then publish :attr:`tmp_path` at ``path``
+        (fsync, rename or, without ``overwrite``, a link that never clobbers a file that
+        appeared meanwhile, fsync of the directory)."""
         f, self._f = self._f, None
         if f is None:
             return
@@ -172,30 +163,12 @@ class DemoWriter:
             f.seek(0)
             f.write(self._fixed())
             f.flush()
-            os.fsync(f.fileno())
         finally:
             f.close()
-        if self._overwrite:
-            os.replace(self.tmp_path, self.path)
-        else:
-            self._publish_new()
-        _fsync_dir(self.path)
-
-    def _publish_new(self) -> None:
-        """Move the finished ``<path>.tmp`` to ``path`` only if nothing is there: a hard link
-        fails atomically on an existing name; where links are unsupported, check, then
-        rename.  A file that appeared at ``path`` meanwhile is left alone, and so is the
-        finished ``.tmp`` (the error says where)."""
         try:
-            os.link(self.tmp_path, self.path)
+            publish(self.tmp_path, self.path, overwrite=self._overwrite)
         except FileExistsError:
             self._raise_appeared()
-        except OSError:  # no hard links here (some network / FAT file systems)
-            if os.path.lexists(self.path):
-                self._raise_appeared()
-            os.replace(self.tmp_path, self.path)
-        else:
-            os.remove(self.tmp_path)
 
     def _raise_appeared(self) -> None:
         self._keep_tmp = True
@@ -203,7 +176,7 @@ class DemoWriter:
             f"{self.path!r} appeared while the .demo file was being written and "
             f"overwrite=False, so it was not replaced; the finished file was left at "
             f"{self.tmp_path!r}"
-        )
+        ) from None
 
     def abort(self) -> None:
         """Discard the temporary file; ``path`` is untouched."""
@@ -212,10 +185,7 @@ class DemoWriter:
             f.close()
         if self._keep_tmp:  # finished, but a file appeared at path: keep the work
             return
-        try:
-            os.remove(self.tmp_path)
-        except FileNotFoundError:
-            pass
+        discard(self.tmp_path)
 
     def __enter__(self) -> DemoWriter:
         return self

@@ -8,30 +8,36 @@ the host keeping a mirror of size and cursor (the host decides where rows go).
 
 Every draw has a host twin (``_lanes.py``): the same bodies compiled for the host give the
 same rows, which is how the tests check the device under the CUDA simulator.
+
+The configuration, ring state, checks, templates and checkpoint format are the replay
+core's (``_front.ReplayFront``), shared with :class:`StoreReplay`; this module holds only
+where the device keeps the data.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
-from numbatraj._cuda import get_cuda
+from numbatraj._checks import check_real
+from numbatraj._cuda import get_cuda, is_device_array
 from numbatraj.data.column import ColumnSpec
-from numbatraj.data.index_batch import IndexBatch, _on_device
-from numbatraj.errors import SamplerError, SchemaError
-from numbatraj.replay import _draw, _lanes
-from numbatraj.replay.columns import ReplayColumns
-from numbatraj.samplers._args import check_count, check_seed
-from numbatraj.samplers.prioritized import _check_real
+from numbatraj.data.index_batch import IndexBatch
+from numbatraj.errors import IntegrityError, SamplerError, SchemaError
+from numbatraj.replay import _checkpoint as ck
+from numbatraj.replay import _lanes
+from numbatraj.replay._front import ReplayFront
+from numbatraj.replay.buffer import StoreReplay
+from numbatraj.samplers import SumTree
 
 __all__ = ["StoreReplayGpu"]
 
 _U32 = 0xFFFFFFFF
 
 
-class StoreReplayGpu:
+class StoreReplayGpu(ReplayFront):
     """The :class:`StoreReplay` API with every column in device memory.
 
     Parameters are those of :class:`StoreReplay`.  Uniform rows come from a Philox stream
@@ -40,9 +46,13 @@ class StoreReplayGpu:
 
     Notes
     -----
-    The arrays of the :class:`IndexBatch` that :meth:`sample_into` returns are the replay's
-    own buffers for that batch size, overwritten by the next call with the same size.
+    ``sample_into`` has the contract of :class:`StoreReplay`'s: it fills caller-owned
+    (device) arrays and returns the replay's own :class:`IndexBatch` for that batch size.
+    On the device ``sample_indices`` and ``sample`` return that same batch too (its buffers
+    stay where a captured graph points), overwritten by the next draw of the same size.
     """
+
+    _KIND = "StoreReplayGpu"
 
     def __init__(
         self,
@@ -62,32 +72,20 @@ class StoreReplayGpu:
         from numbatraj.replay import _ring_cuda, _sumtree_cuda
 
         self._cuda, self._rc, self._sc = cuda, _ring_cuda, _sumtree_cuda
-        self._cols = ReplayColumns(columns, quantize)
-        cap = check_count("capacity", capacity)
-        d = check_count("demo_capacity", demo_capacity, minimum=0)
-        if d >= cap:
-            raise SchemaError(
-                f"demo_capacity {d} leaves no ring rows in a replay of capacity {cap}; "
-                f"expected demo_capacity < capacity"
-            )
-        self._capacity, self._d, self._r = cap, d, cap - d
-        self._seed = check_seed(seed)
+        super().__init__(
+            columns, capacity, prioritized=prioritized, seed=seed, alpha=alpha, beta=beta,
+            eps=eps, quantize=quantize, demo_capacity=demo_capacity,
+            demo_fraction=demo_fraction,
+        )
+        cap = self._capacity
         self._k0, self._k1 = np.uint64(self._seed & _U32), np.uint64(self._seed >> 32)
-        self._prioritized = bool(prioritized)
-        self._alpha = _check_real("alpha", alpha, 0.0, False)
-        self._eps = _check_real("eps", eps, 0.0, True)
-        beta = _check_real("beta", beta, 0.0, False)
-        self._fraction = _draw.check_fraction(demo_fraction)
-        self._ere: _draw.EreConfig | None = None
         self._ere_step_set = False
         self._data: dict[str, Any] = {}
         for name in self._cols.names:
             e = self._cols.row_elems(name)
             self._data[name] = cuda.to_device(np.zeros((cap, e), self._cols.storage_dtype(name)))
         self._istate = cuda.to_device(np.zeros(_lanes.N_STATE, np.int64))
-        self._fstate = cuda.to_device(np.array([1.0, beta], np.float64))
-        self._beta = beta
-        self._cursor = self._size = self._n_demo = self._n_added = 0
+        self._fstate = cuda.to_device(np.array([1.0, self._beta], np.float64))
         self._bufs: dict[int, tuple[Any, ...]] = {}
         if self._prioritized:
             p = 1
@@ -101,33 +99,12 @@ class StoreReplayGpu:
             self._owner = cuda.to_device(np.full(cap, -1, np.int64))
 
     # ------------------------------------------------------------------ properties
-    columns = property(lambda self: dict(self._cols.specs), doc="The declared columns.")
-    quantization = property(lambda self: dict(self._cols.quant))
-    capacity = property(lambda self: self._capacity)
-    demo_capacity = property(lambda self: self._d)
-    ring_capacity = property(lambda self: self._r)
-    size = property(lambda self: self._size, doc="Online rows held.")
-    n_demo = property(lambda self: self._n_demo, doc="Demonstration rows held.")
-    n_rows = property(lambda self: self._n_demo + self._size)
-    cursor = property(lambda self: self._cursor)
-    n_added = property(lambda self: self._n_added)
-    prioritized = property(lambda self: self._prioritized)
-    seed = property(lambda self: self._seed)
-    ere = property(lambda self: self._ere)
-    state_array = property(lambda self: self._istate, doc="int64 device ring state.")
-
-    def __len__(self) -> int:
-        return self.n_rows
-
     @property
-    def beta(self) -> float:
-        return self._beta
+    def state_array(self) -> Any:
+        """int64 device ring state (``_lanes`` slots: cursor, size, n_demo, draw, ...)."""
+        return self._istate
 
-    @beta.setter
-    def beta(self, value: float) -> None:
-        if not self._prioritized:
-            raise SamplerError("beta applies to a prioritized replay (prioritized=True)")
-        self._beta = _check_real("beta", value, 0.0, False)
+    def _beta_changed(self) -> None:
         self._fstate[_lanes.BETA : _lanes.BETA + 1].copy_to_device(np.array([self._beta]))
 
     def storage(self, name: str) -> np.ndarray:
@@ -142,6 +119,19 @@ class StoreReplayGpu:
         return self._sums.copy_to_host()[self._p : self._p + self._capacity]
 
     # ------------------------------------------------------------------ writes
+    def _write_ring(self, arrays: dict[str, Any], n: int, cursor: int) -> None:
+        r = self._r
+        self._put(arrays, n, self._d, r, cursor)
+        skip = max(0, n - r)
+        self._note_added(self._d + (cursor + np.arange(skip, n, dtype=np.int64)) % r)
+
+    def _write_demos(self, arrays: dict[str, Any], n: int) -> None:
+        self._put(arrays, n, self._n_demo, n, 0)
+        self._note_added(np.arange(self._n_demo, self._n_demo + n, dtype=np.int64))
+
+    def _ring_changed(self) -> None:
+        self._sync_state()
+
     def _put(self, arrays: dict[str, Any], n: int, base: int, cap: int, cur: int) -> None:
         rc = self._rc
         skip = max(0, n - cap)
@@ -149,7 +139,7 @@ class StoreReplayGpu:
             e = self._cols.row_elems(name)
             if not e:
                 continue
-            if _on_device(a):
+            if is_device_array(a):
                 src = a.reshape(n * e) if a.is_c_contiguous() else None
                 if src is None:
                     raise SchemaError(f"column {name!r}: device rows must be C-contiguous")
@@ -184,56 +174,11 @@ class StoreReplayGpu:
     def _sync_state(self) -> None:
         self._rc._set_state_cuda[1, 1](self._istate, self._cursor, self._size, self._n_demo)
 
-    def add(self, **rows: Any) -> int:
-        """Insert one row or a batch of ``n`` rows (host or device arrays) into the ring.
-
-        Checks as :meth:`StoreReplay.add` (all columns before any write).  Returns ``n``.
-        """
-        arrays, n = self._cols.check_rows(rows)
-        if n == 0:
-            return 0
-        r, cur = self._r, self._cursor
-        self._put(arrays, n, self._d, r, cur)
-        skip = max(0, n - r)
-        self._note_added(self._d + (cur + np.arange(skip, n, dtype=np.int64)) % r)
-        self._cursor = (cur + n) % r
-        self._size = min(self._size + n, r)
-        self._n_added += n
-        self._sync_state()
-        return n
-
-    def add_demos(self, **rows: Any) -> int:
-        """Append rows to the pinned demonstration prefix (see :meth:`StoreReplay.add_demos`)."""
-        arrays, n = self._cols.check_rows(rows, "add_demos")
-        if n == 0:
-            return 0
-        free = self._d - self._n_demo
-        if n > free:
-            raise SchemaError(
-                f"add_demos: {n} rows do not fit the demonstration prefix ({self._n_demo} of "
-                f"demo_capacity {self._d} rows used, {free} free); nothing was written"
-            )
-        self._put(arrays, n, self._n_demo, n, 0)
-        self._note_added(np.arange(self._n_demo, self._n_demo + n, dtype=np.int64))
-        self._n_demo += n
-        self._sync_state()
-        return n
-
     # ------------------------------------------------------------------ ERE
-    def configure_ere(self, enabled: bool, eta: float = 0.996, c_min: int = 5000) -> None:
-        """As :meth:`StoreReplay.configure_ere`."""
-        self._ere = _draw.check_ere(eta, c_min) if enabled else None
-
-    def ere_window(self, k: int, K: int) -> int:  # noqa: N803
-        """``c_k`` for update ``k`` of ``K`` at the current size (ERE must be on)."""
-        if self._ere is None:
-            raise SamplerError("ERE is off; call configure_ere(True, ...) first")
-        return _draw.ere_window(self._ere, self._size, k, K)
-
-    def set_ere_step(self, k: int, K: int) -> None:  # noqa: N803
+    def set_ere_step(self, *, k: int, K: int) -> None:  # noqa: N803
         """Write ERE's ``k`` of ``K`` into device memory (one launch, no sync); call it
         outside a captured graph, or pass ``k``/``K`` to :meth:`sample_into`."""
-        self.ere_window(k, K)  # validates
+        self.ere_window(k=k, K=K)  # validates
         self._rc._set_ere_step_cuda[1, 1](self._istate, int(k), int(K))
         self._ere_step_set = True
 
@@ -252,17 +197,19 @@ class StoreReplayGpu:
             self._bufs[b] = bufs
         return bufs
 
-    def sample_indices(self, batch_size: int, k: int | None = None, K: int | None = None) -> IndexBatch:  # noqa: N803,E501
-        """Draw one minibatch's physical rows on the device (buffers reused per batch size)."""
-        b = check_count("batch_size", batch_size)
-        if self.n_rows == 0:
-            raise SamplerError(
-                "cannot sample: the replay is empty (no online or demonstration rows); "
-                "add() rows first"
-            )
+    def _index_batch(self, b: int) -> IndexBatch:
+        return self._reused_batch(b)
+
+    def _reused_batch(self, b: int) -> IndexBatch:
+        batch: IndexBatch = self._buffers(b)[3]
+        return batch
+
+    def _draw(self, batch: IndexBatch, k: int | None, K: int | None) -> None:  # noqa: N803
+        """Launch the draw kernel into ``batch``'s device buffers; advance the draw counter."""
+        b = batch.batch_size
         ere = self._ere is not None
         if ere and (k is not None or K is not None):
-            self.set_ere_step(k, K)  # type: ignore[arg-type]
+            self.set_ere_step(k=k, K=K)  # type: ignore[arg-type]
         elif ere and not self._ere_step_set:
             raise SamplerError(
                 "ERE is on: sample() needs integer k and K (update k of K), or call "
@@ -271,7 +218,7 @@ class StoreReplayGpu:
         eta = self._ere.eta if ere else 1.0  # type: ignore[union-attr]
         c_min = self._ere.c_min if ere else 1  # type: ignore[union-attr]
         frac = -1.0 if self._fraction is None else self._fraction
-        idx, w, st, batch = self._buffers(b)
+        idx, w, st, _ = self._buffers(b)
         rc = self._rc
         g = rc.blocks(b)
         if self._prioritized:
@@ -284,27 +231,18 @@ class StoreReplayGpu:
                 self._istate, self._k0, self._k1, self._d, self._r, frac, ere, eta, c_min, idx
             )
         rc._next_draw_cuda[1, 1](self._istate)
-        return batch
 
-    def _check_outputs(self, outputs: Mapping[str, Any], b: int) -> None:
-        if set(outputs) != set(self._cols.names):
+    def _check_output(self, name: str, o: Any, dt: np.dtype, shape: tuple[int, ...]) -> None:
+        if not is_device_array(o):
             raise SchemaError(
-                f"sample_into: outputs has columns {sorted(outputs)}, expected "
-                f"{sorted(self._cols.names)}"
+                f"sample_into: outputs[{name!r}] must be a device array, got "
+                f"{type(o).__name__}"
             )
-        for name, spec in self._cols.specs.items():
-            o = outputs[name]
-            dt, shape = self._cols.sample_dtype(name), (b, *spec.shape)
-            if not _on_device(o):
-                raise SchemaError(
-                    f"sample_into: outputs[{name!r}] must be a device array, got "
-                    f"{type(o).__name__}"
-                )
-            if np.dtype(o.dtype) != dt or tuple(o.shape) != shape or not o.is_c_contiguous():
-                raise SchemaError(
-                    f"sample_into: outputs[{name!r}] is {np.dtype(o.dtype).name} "
-                    f"{tuple(o.shape)}, expected a C-contiguous {dt.name} {shape}"
-                )
+        if np.dtype(o.dtype) != dt or tuple(o.shape) != shape or not o.is_c_contiguous():
+            raise SchemaError(
+                f"sample_into: outputs[{name!r}] is {np.dtype(o.dtype).name} "
+                f"{tuple(o.shape)}, expected a C-contiguous {dt.name} {shape}"
+            )
 
     def _gather(self, idx: Any, outputs: Mapping[str, Any], b: int) -> None:
         rc = self._rc
@@ -322,28 +260,11 @@ class StoreReplayGpu:
                     self._data[name], idx, q.low, q.step, flat
                 )
 
-    def sample_into(self, outputs: Mapping[str, Any], batch_size: int, k: int | None = None,
-                    K: int | None = None) -> IndexBatch:  # noqa: N803
-        """Draw and gather into caller-owned device arrays; kernels only, no host sync.
-
-        ``outputs[name]``: C-contiguous device array ``(batch_size, *spec.shape)`` of the
-        sample dtype (float32 for quantised columns).
-        """
-        b = check_count("batch_size", batch_size)
-        self._check_outputs(outputs, b)
-        batch = self.sample_indices(b, k, K)
-        self._gather(batch.indices, outputs, b)
-        return batch
-
-    def sample(self, batch_size: int, k: int | None = None,
-               K: int | None = None) -> tuple[dict[str, Any], IndexBatch]:  # noqa: N803
-        """Draw a minibatch into new device arrays (see :meth:`StoreReplay.sample`)."""
-        b = check_count("batch_size", batch_size)
-        out = {
+    def _new_outputs(self, b: int) -> dict[str, Any]:
+        return {
             n: self._cuda.device_array((b, *s.shape), self._cols.sample_dtype(n))
             for n, s in self._cols.specs.items()
         }
-        return out, self.sample_into(out, b, k, K)
 
     def update_priorities(self, batch: IndexBatch, priorities: Any, *, sync: bool = True) -> int | None:  # noqa: E501
         """Feed priorities back on the device; stale rows are skipped.
@@ -353,20 +274,19 @@ class StoreReplayGpu:
         Returns how many were skipped (since the last synced call) when ``sync`` (one device
         read and write), else None.
         """
-        if not self._prioritized:
-            raise SamplerError("update_priorities needs a prioritized replay (prioritized=True)")
+        self._need_prioritized()
         cuda, rc, sc = self._cuda, self._rc, self._sc
         if isinstance(batch, IndexBatch):
             rows, stamps = batch.indices, batch.stamps
         else:
             rows, stamps = batch, None
-        if not _on_device(rows):
+        if not is_device_array(rows):
             r = np.ascontiguousarray(rows, dtype=np.int64)
             if r.ndim != 1 or (r.size and (r.min() < 0 or r.max() >= self._capacity)):
                 raise SamplerError(f"indices must be 1-D rows in [0, {self._capacity})")
             rows = cuda.to_device(r)
         n = rows.shape[0]
-        if _on_device(priorities):
+        if is_device_array(priorities):
             pr = priorities
             if np.dtype(pr.dtype) != np.float64 or tuple(pr.shape) != (n,):
                 raise SamplerError(
@@ -398,47 +318,81 @@ class StoreReplayGpu:
         self._istate[_lanes.SKIPPED : _lanes.SKIPPED + 1].copy_to_device(np.zeros(1, np.int64))
         return skipped
 
-    # ------------------------------------------------------------------ files
-    def save(self, path: Any) -> None:
-        """Checkpoint rows, ring state, sum-tree and Philox counter (atomic rename)."""
-        from numbatraj.replay._checkpoint_gpu import save_replay_gpu
+    # ------------------------------------------------------------------ checkpoints
+    def _saved_rows(self) -> Iterator[tuple[str, np.ndarray, np.ndarray]]:
+        d, nd, size = self._d, self._n_demo, self._size
+        for name, spec in self._cols.specs.items():
+            col = self._data[name]
+            dt = self._cols.storage_dtype(name)
+            out = []
+            for lo, n in ((0, nd), (d, size)):
+                rows = col[lo : lo + n].copy_to_host() if n else np.empty((0, 1), dt)
+                out.append(rows.astype(dt, copy=False).reshape(n, *spec.shape))
+            yield name, out[0], out[1]
 
-        save_replay_gpu(self, path)
+    def _stream_state(self) -> dict[str, Any]:
+        fstate = self._fstate.copy_to_host()
+        return {"istate": self._istate.copy_to_host().tolist(),
+                "max_priority": float(fstate[_lanes.MAXP]), "ere_step_set": self._ere_step_set}
 
-    @classmethod
-    def load(cls, path: Any) -> StoreReplayGpu:
-        """A device replay restored from :meth:`save`; it draws what the saved one would."""
-        from numbatraj.replay._checkpoint_gpu import load_replay_gpu
+    def _tree_arrays(self) -> ck.TreeArrays | None:
+        if not self._prioritized:
+            return None
+        present = ck.held_rows(self._capacity, self._d, self._n_demo, self._size)
+        return ck.TreeArrays(self.tree_leaves(), self._gen.copy_to_host(), present)
 
-        return load_replay_gpu(cls, path)
+    def _row_buffer(self, name: str, lo: int, n: int, shape: tuple[int, ...],
+                    dtype: np.dtype) -> np.ndarray:
+        return np.empty((n, *shape), dtype)  # one host buffer per dataset, then one copy
 
-    def to_host(self) -> Any:
+    def _load_rows(self, name: str, demo: np.ndarray, ring_rows: np.ndarray,
+                   ring: ck.RingState) -> None:
+        e = self._cols.row_elems(name)
+        dt = self._cols.storage_dtype(name)
+        for lo, rows in ((0, demo), (self._d, ring_rows)):
+            n = rows.shape[0]
+            if n:
+                host = np.ascontiguousarray(rows, dtype=dt).reshape(n, e)
+                self._data[name][lo : lo + n].copy_to_device(host)
+
+    def _restore(self, state: dict[str, Any], ring: ck.RingState, tree: ck.TreeArrays | None,
+                 path: str) -> None:
+        try:
+            istate = np.asarray(state["istate"], dtype=np.int64)
+            max_priority = state["max_priority"]
+            ere_step_set = bool(state["ere_step_set"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise IntegrityError(f"checkpoint {path!r}: unreadable device state: {exc!r}") from exc
+        held = (ring.cursor, ring.size, ring.n_demo)
+        if istate.shape != (_lanes.N_STATE,) or tuple(
+            int(istate[i]) for i in (_lanes.CURSOR, _lanes.SIZE, _lanes.N_DEMO)
+        ) != held or istate[_lanes.DRAW] < 0:
+            raise IntegrityError(
+                f"checkpoint {path!r}: device state {istate.tolist()} does not match the ring "
+                f"state cursor={ring.cursor}, size={ring.size}, n_demo={ring.n_demo} "
+                f"(expected {_lanes.N_STATE} words, draw >= 0)"
+            )
+        maxp = check_real("max_priority", max_priority, 0.0, True)
+        if tree is not None:
+            t = SumTree(self._capacity)  # rebuilt from the leaves: the saved tree's bits
+            t.load_leaves(tree.leaves, np.where(tree.present, tree.leaves, np.inf))
+            self._sums.copy_to_device(t.sums)
+            self._mins.copy_to_device(t.mins)
+            self._gen.copy_to_device(tree.stamps)
+        self._istate.copy_to_device(istate)
+        self._fstate.copy_to_device(np.array([maxp, self._beta], np.float64))
+        self._set_ring_state(ring)
+        self._ere_step_set = ere_step_set
+
+    def _host_rows(self) -> StoreReplay:
+        return self.to_host()
+
+    def to_host(self) -> StoreReplay:
         """A uniform :class:`StoreReplay` holding the same rows and ring state (synchronises)."""
-        from numbatraj.replay.buffer import StoreReplay
-
         host = StoreReplay(self._cols.specs.values(), self._capacity, seed=self._seed,
                            quantize={n: (q.low, q.high) for n, q in self._cols.quant.items()},
                            demo_capacity=self._d)
         for name in self._cols.names:
             host._data[name][...] = self.storage(name)
-        host._cursor, host._size, host._n_demo = self._cursor, self._size, self._n_demo
-        host._n_added = self._n_added
+        host._set_ring_state(self._ring_state())
         return host
-
-    def dump(self, path: Any, *, env_id: str | None = None, overwrite: bool = False) -> int:
-        """As :meth:`StoreReplay.dump` (through a host copy)."""
-        return int(self.to_host().dump(path, env_id=env_id, overwrite=overwrite))
-
-    @classmethod
-    def from_store(cls, store: Any, capacity: int, **kwargs: Any) -> StoreReplayGpu:
-        """As :meth:`StoreReplay.from_store`."""
-        from numbatraj.replay._store_io import replay_from_store
-
-        return replay_from_store(cls, store, capacity, **kwargs)  # type: ignore[no-any-return]
-
-    def __repr__(self) -> str:
-        kind = "prioritized" if self._prioritized else "uniform"
-        return (
-            f"StoreReplayGpu(columns={list(self._cols.names)}, capacity={self._capacity}, "
-            f"size={self._size}, n_demo={self._n_demo}, {kind})"
-        )

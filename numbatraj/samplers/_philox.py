@@ -1,7 +1,8 @@
 """Philox4x32-10 and its mapping to bounded row indices: one Python body per function.
 
 The plain Python functions ending in ``_py`` are the single source of truth.  This module
-compiles them for the host with the ``njit`` preset; ``_uniform_cuda.py`` compiles the very
+compiles them for the host with the ``njit`` preset; ``_uniform_cuda.py`` (and the device
+replay, through the public ``kernels.py``) compiles the very
 same bodies as CUDA device functions (rebinding the names they call to the device
 versions), so host and device agree bit for bit by construction.
 
@@ -31,6 +32,8 @@ PHILOX_M0 = np.uint64(0xD2511F53)
 PHILOX_M1 = np.uint64(0xCD9E8D57)
 PHILOX_W0 = np.uint64(0x9E3779B9)
 PHILOX_W1 = np.uint64(0xBB67AE85)
+_SH11 = np.uint64(11)
+_TWO_M53 = 1.0 / 9007199254740992.0
 
 
 # --------------------------------------------------------------------------- bodies
@@ -86,10 +89,21 @@ def philox_index_py(draw, lane, k0, k1, n):  # type: ignore[no-untyped-def]
     return mulhi64((x1 << SH32) | x0, n)
 
 
+def philox_uniform_py(draw, lane, k0, k1):  # type: ignore[no-untyped-def]
+    """float64 in [0, 1) for ``(draw, lane)`` of the Philox stream keyed ``(k0, k1)``: the top
+    53 bits of the block's first 64-bit word (the counter layout above)."""
+    d = np.uint64(draw)
+    ln = np.uint64(lane)
+    x0, x1, x2, x3 = philox4x32(d & M32, d >> SH32, ln & M32, ln >> SH32, k0, k1)
+    w = (x1 << SH32) | x0
+    return np.float64(w >> _SH11) * _TWO_M53
+
+
 # --------------------------------------------------------------------------- host compiles
 philox4x32 = njit_kernel(philox4x32_10_py)
 mulhi64 = njit_kernel(mulhi64_py)
 philox_index = njit_kernel(philox_index_py)
+philox_uniform = njit_kernel(philox_uniform_py)
 
 
 @njit_kernel

@@ -11,33 +11,31 @@ compiles, so host and device agree bit for bit by construction.
 
 from __future__ import annotations
 
-import types
-from collections.abc import Callable
-from typing import Any
-
 import numpy as np
 from numba import cuda
 
+from numbatraj._jit import device_twin
 from numbatraj.samplers import _philox
 
-__all__ = ["PTX_SIGNATURES", "THREADS_PER_BLOCK"]
+__all__ = [
+    "PTX_SIGNATURES",
+    "THREADS_PER_BLOCK",
+    "mulhi64_dev",
+    "philox4x32_dev",
+    "philox_index_dev",
+    "philox_uniform_dev",
+]
 
 THREADS_PER_BLOCK = 256
-
-
-def _rebind(fn: Callable[..., Any], **names: Any) -> Callable[..., Any]:
-    """A copy of ``fn`` (same code object) whose globals map ``names`` to other callables."""
-    g = dict(fn.__globals__)
-    g.update(names)
-    out = types.FunctionType(fn.__code__, g, fn.__name__, fn.__defaults__, fn.__closure__)
-    out.__qualname__ = fn.__qualname__
-    return out
 
 
 philox4x32_dev = cuda.jit(device=True)(_philox.philox4x32_10_py)
 mulhi64_dev = cuda.jit(device=True)(_philox.mulhi64_py)
 philox_index_dev = cuda.jit(device=True)(
-    _rebind(_philox.philox_index_py, philox4x32=philox4x32_dev, mulhi64=mulhi64_dev)
+    device_twin(_philox.philox_index_py, philox4x32=philox4x32_dev, mulhi64=mulhi64_dev)
+)
+philox_uniform_dev = cuda.jit(device=True)(
+    device_twin(_philox.philox_uniform_py, philox4x32=philox4x32_dev)
 )
 
 

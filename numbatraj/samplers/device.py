@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
+from numbatraj._checks import check_count, check_seed
 from numbatraj.data.index_batch import IndexBatch
 from numbatraj.errors import SamplerError
 from numbatraj.samplers import _philox
-from numbatraj.samplers._args import check_count, check_seed
 
 __all__ = ["philox4x32_10", "UniformDeviceSampler"]
 
@@ -89,7 +89,7 @@ class UniformDeviceSampler:
     output buffer, overwritten by the next call: copy it to keep it.
     """
 
-    def __init__(self, n_rows: int, batch_size: int, seed: int, *, device: bool = True) -> None:
+    def __init__(self, n_rows: int, batch_size: int, seed: int = 0, *, device: bool = True) -> None:
         self._n = check_count("n_rows", n_rows)
         self._batch_size = check_count("batch_size", batch_size)
         self._seed = check_seed(seed)

@@ -11,36 +11,49 @@ old content of a row that has since been overwritten is recognised and skipped.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
-from numbatraj.data.index_batch import IndexBatch
-from numbatraj.errors import RowIndexError, SamplerError
-from numbatraj.samplers import _sumtree_kernels as K
-from numbatraj.samplers._args import (
+from numbatraj._checks import (
     check_count,
+    check_real,
     check_seed,
     generator_state,
     new_generator,
     set_generator_state,
 )
+from numbatraj.data.index_batch import IndexBatch
+from numbatraj.errors import RowIndexError, SamplerError
+from numbatraj.samplers import _sumtree_kernels as K
 from numbatraj.samplers.sumtree import SumTree, check_rows, check_values
 
 __all__ = ["PrioritizedSampler"]
 
 
-def _check_real(name: str, value: Any, lo: float, lo_open: bool, hi: float | None = None) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise SamplerError(f"{name} must be a real number, got {value!r}") from None
-    bad = not math.isfinite(v) or v < lo or (lo_open and v == lo) or (hi is not None and v > hi)
-    if bad:
-        interval = f"{'(' if lo_open else '['}{lo:g}, {'inf)' if hi is None else f'{hi:g}]'}"
-        raise SamplerError(f"{name} must be in {interval}, got {value!r}")
-    return v
+_I64 = np.dtype(np.int64)
+_F32 = np.dtype(np.float32)
+
+
+def _check_outputs(indices: Any, weights: Any, stamps: Any) -> int:
+    """The three output arrays of a draw: C-contiguous, writeable, one length ``B >= 1``."""
+    b = indices.shape[0] if isinstance(indices, np.ndarray) else -1
+    for name, a, dt in (("indices", indices, _I64), ("weights", weights, _F32),
+                        ("stamps", stamps, _I64)):
+        if type(a) is not np.ndarray or a.dtype != dt or a.shape != (b,):
+            ok = False
+        else:
+            f = a.flags
+            ok = f.c_contiguous and f.writeable
+        if not ok:
+            got = f"{a.dtype} {a.shape}" if isinstance(a, np.ndarray) else type(a).__name__
+            raise SamplerError(
+                f"{name} must be a writeable C-contiguous {dt.name} array of "
+                f"shape (B,) like indices, got {got}"
+            )
+    if b < 1:
+        check_count("batch_size", b)
+    return b
 
 
 class PrioritizedSampler:
@@ -57,7 +70,9 @@ class PrioritizedSampler:
     eps : float
         Added to every priority before the exponent (> 0), so no row's probability is 0.
     seed : int
-        Seed of the sampler's own generator.
+        Seed of the sampler's own generators: ``PCG64(seed)`` for draws over every row, and
+        ``PCG64([seed, 1])`` for the restricted draws of :meth:`sample_ranges_into`, so the
+        whole-population sequence does not depend on restricted draws made in between.
 
     Notes
     -----
@@ -76,11 +91,12 @@ class PrioritizedSampler:
     ) -> None:
         self._tree = SumTree(capacity)
         self._capacity = self._tree.capacity
-        self._alpha = _check_real("alpha", alpha, 0.0, False)
-        self._beta = _check_real("beta", beta, 0.0, False)
-        self._eps = _check_real("eps", eps, 0.0, True)
+        self._alpha = check_real("alpha", alpha, 0.0, False)
+        self._beta = check_real("beta", beta, 0.0, False)
+        self._eps = check_real("eps", eps, 0.0, True)
         self._seed = check_seed(seed)
         self._gen = new_generator(self._seed)
+        self._range_gen = new_generator([self._seed, 1])
         self._stamps = np.zeros(self._capacity, dtype=np.int64)
         self._present = np.zeros(self._capacity, dtype=np.bool_)
         self._n_present = 0
@@ -107,7 +123,7 @@ class PrioritizedSampler:
 
     @beta.setter
     def beta(self, value: float) -> None:
-        self._beta = _check_real("beta", value, 0.0, False)
+        self._beta = check_real("beta", value, 0.0, False)
 
     @property
     def eps(self) -> float:
@@ -262,23 +278,56 @@ class PrioritizedSampler:
         stamps : int64 array (B,)
             C-contiguous, writeable, one length ``B >= 1``.
         """
-        b = indices.shape[0] if isinstance(indices, np.ndarray) else -1
-        for name, a, dt in (("indices", indices, np.int64), ("weights", weights, np.float32),
-                            ("stamps", stamps, np.int64)):
-            if (
-                type(a) is not np.ndarray
-                or a.dtype != dt
-                or a.shape != (b,)
-                or not a.flags.c_contiguous
-                or not a.flags.writeable
-            ):
-                got = f"{a.dtype} {a.shape}" if isinstance(a, np.ndarray) else type(a).__name__
-                raise SamplerError(
-                    f"{name} must be a writeable C-contiguous {np.dtype(dt).name} array of "
-                    f"shape (B,) like indices, got {got}"
-                )
-        check_count("batch_size", b)
+        _check_outputs(indices, weights, stamps)
         self._draw(indices, weights, stamps)
+
+    def sample_ranges_into(
+        self,
+        indices: np.ndarray,
+        weights: np.ndarray,
+        stamps: np.ndarray,
+        lo0: int,
+        hi0: int,
+        lo1: int = 0,
+        hi1: int = 0,
+    ) -> None:
+        """A draw restricted to rows ``[lo0, hi0)`` and ``[lo1, hi1)`` (the second range may
+        be empty): a replay's demonstration prefix, or its recent window, which wraps around
+        the ring as two ranges.  Stratified over the ranges' mass, with weights normalised to
+        the ranges (the smallest leaf in them has weight 1); stamps as :meth:`sample`.
+
+        The uniforms come from the sampler's restricted stream (``PCG64([seed, 1])``): two
+        restricted draws of ``m`` and ``B - m`` rows take the stream's first ``m`` and next
+        ``B - m`` uniforms.  Allocates nothing once a batch size has been seen.
+
+        Parameters
+        ----------
+        indices : int64 array (B,)
+        weights : float32 array (B,)
+        stamps : int64 array (B,)
+            C-contiguous, writeable, one length ``B >= 1``.
+        lo0, hi0, lo1, hi1 : int
+            ``0 <= lo0 < hi0 <= capacity`` and ``0 <= lo1 <= hi1 <= capacity``; every row in
+            the ranges must have been added.
+        """
+        _check_outputs(indices, weights, stamps)
+        c = self._capacity
+        if not (type(lo0) is type(hi0) is type(lo1) is type(hi1) is int):
+            lo0, hi0, lo1, hi1 = (check_count(nm, v, minimum=0) for nm, v in
+                                  (("lo0", lo0), ("hi0", hi0), ("lo1", lo1), ("hi1", hi1)))
+        if not (0 <= lo0 < hi0 <= c and 0 <= lo1 <= hi1 <= c):
+            raise SamplerError(
+                f"row ranges [{lo0}, {hi0}) and [{lo1}, {hi1}) must lie in [0, {c}), the "
+                f"first non-empty"
+            )
+        t = self._tree
+        if self._n_present == 0 or not t.sums[1] > 0.0:
+            raise SamplerError("cannot sample: no row has been added (call note_added first)")
+        u, scratch = self._scratch(indices.shape[0])
+        self._range_gen.random(out=u)
+        K._sample_ranges_cpu(t.sums, t.mins, t.n_leaves_padded, u, self._beta, lo0, hi0,
+                             lo1, hi1, indices, weights, scratch)
+        np.take(self._stamps, indices, out=stamps, mode="clip")  # leaves are in range
 
     def _draw(self, leaves: np.ndarray, weights: np.ndarray, stamps: np.ndarray) -> None:
         t = self._tree
@@ -318,6 +367,7 @@ class PrioritizedSampler:
             "stamps": self._stamps.copy(),
             "present": self._present.copy(),
             "generator": generator_state(self._gen),
+            "range_generator": generator_state(self._range_gen),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -336,16 +386,18 @@ class PrioritizedSampler:
                 raise SamplerError(
                     f"state {name} has shape {a.shape}, expected ({self._capacity},)"
                 )
-        self._alpha = _check_real("alpha", state["alpha"], 0.0, False)
-        self._beta = _check_real("beta", state["beta"], 0.0, False)
-        self._eps = _check_real("eps", state["eps"], 0.0, True)
+        self._alpha = check_real("alpha", state["alpha"], 0.0, False)
+        self._beta = check_real("beta", state["beta"], 0.0, False)
+        self._eps = check_real("eps", state["eps"], 0.0, True)
         self._seed = check_seed(state["seed"])
-        self._max_priority = _check_real("max_priority", state["max_priority"], 0.0, True)
+        self._max_priority = check_real("max_priority", state["max_priority"], 0.0, True)
         self._tree.load_leaves(leaves, np.where(present, leaves, np.inf))
         self._stamps[:] = stamps
         self._present[:] = present
         self._n_present = int(present.sum())
         set_generator_state(self._gen, state["generator"])
+        if "range_generator" in state:  # states saved before restricted draws moved here
+            set_generator_state(self._range_gen, state["range_generator"])
 
     def __repr__(self) -> str:
         return (

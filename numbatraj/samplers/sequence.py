@@ -12,17 +12,17 @@ from typing import Any
 
 import numpy as np
 
-from numbatraj.data.episode_index import index_problems, offsets_from_lengths
-from numbatraj.data.index_batch import IndexBatch
-from numbatraj.errors import EpisodeError, RowIndexError, SamplerError
-from numbatraj.samplers import _window_kernels as K
-from numbatraj.samplers._args import (
+from numbatraj._checks import (
     check_count,
     check_seed,
     generator_state,
     new_generator,
     set_generator_state,
 )
+from numbatraj.data.episode_index import index_problems, offsets_from_lengths
+from numbatraj.data.index_batch import IndexBatch
+from numbatraj.errors import EpisodeError, RowIndexError, SamplerError
+from numbatraj.samplers import _window_kernels as K
 from numbatraj.samplers.uniform import uniform_rows
 
 __all__ = ["SequenceWindowSampler"]
@@ -70,7 +70,9 @@ class SequenceWindowSampler:
         keeps each window inside one episode, like :meth:`draw_starts_in_episodes`.
     """
 
-    def __init__(self, episodes: Any, window: int, seed: int, within_episode: bool = False) -> None:
+    def __init__(
+        self, episodes: Any, window: int, seed: int = 0, within_episode: bool = False
+    ) -> None:
         self._lengths = _episode_lengths(episodes)
         self._window = check_count("window", window)
         self._seed = check_seed(seed)

@@ -6,9 +6,9 @@ from typing import Any
 
 import numpy as np
 
+from numbatraj._checks import check_count
 from numbatraj.errors import RowIndexError, SamplerError
 from numbatraj.samplers import _sumtree_kernels as K
-from numbatraj.samplers._args import check_count
 
 __all__ = ["SumTree", "check_rows", "check_values"]
 

@@ -6,17 +6,17 @@ from typing import Any
 
 import numpy as np
 
-from numbatraj.data.index_batch import IndexBatch
-from numbatraj.errors import SamplerError
-from numbatraj.samplers import _philox
-from numbatraj.samplers._args import (
-    RawWords,
+from numbatraj._checks import (
     check_count,
     check_seed,
     generator_state,
     new_generator,
     set_generator_state,
 )
+from numbatraj.data.index_batch import IndexBatch
+from numbatraj.errors import SamplerError
+from numbatraj.samplers import _philox
+from numbatraj.samplers._pcg64 import RawWords
 
 __all__ = ["UniformSampler", "uniform_rows"]
 
@@ -34,16 +34,38 @@ def uniform_rows(gen: np.random.Generator, lo: int, n: int, batch_size: int) -> 
     return out
 
 
+def _check_out(out: Any) -> int:
+    """``out`` must be a writeable C-contiguous int64 ``(B,)`` array, ``B >= 1``; returns B."""
+    if type(out) is not np.ndarray or out.dtype != _I64 or out.ndim != 1:
+        ok = False
+    else:
+        f = out.flags
+        ok = f.c_contiguous and f.writeable
+    if not ok:
+        got = f"{out.dtype} {out.shape}" if isinstance(out, np.ndarray) else type(out).__name__
+        raise SamplerError(f"out must be a writeable C-contiguous int64 (B,) array, got {got}")
+    b: int = out.shape[0]
+    return b if b >= 1 else check_count("batch_size", b)
+
+
+_I64 = np.dtype(np.int64)
+
+
 class UniformSampler:
     """Uniform rows in ``[0, n_rows)``, drawn on the host.
 
     Parameters
     ----------
     n_rows : int
-        Population size (>= 0).  A replay buffer that grows sets :attr:`n_rows` (or passes
-        ``n_rows=`` to :meth:`sample`) as it fills.
+        Population size (>= 0).  A buffer that grows sets :attr:`n_rows` as it fills (the
+        sampler owns its population: draws read it, they are not handed one).
     seed : int
         Seed of the sampler's own PCG64 generator; numpy's global state is never used.
+
+    Notes
+    -----
+    :meth:`sample_range_into` draws from a sub-range of the population (a replay's
+    demonstration prefix or its recent window) from the same stream.
 
     Examples
     --------
@@ -52,7 +74,7 @@ class UniformSampler:
     (4,)
     """
 
-    def __init__(self, n_rows: int, seed: int) -> None:
+    def __init__(self, n_rows: int, seed: int = 0) -> None:
         self._n = check_count("n_rows", n_rows, minimum=0)
         self._seed = check_seed(seed)
         self._gen = new_generator(self._seed)
@@ -110,28 +132,52 @@ class UniformSampler:
         ndarray
             ``out``.
         """
-        if (
-            type(out) is not np.ndarray
-            or out.dtype != np.int64
-            or out.ndim != 1
-            or not out.flags.c_contiguous
-            or not out.flags.writeable
-        ):
-            got = f"{out.dtype} {out.shape}" if isinstance(out, np.ndarray) else type(out).__name__
-            raise SamplerError(f"out must be a writeable C-contiguous int64 (B,) array, got {got}")
-        b = check_count("batch_size", out.shape[0])
+        b = _check_out(out)
         if n_rows is not None:
             self.n_rows = n_rows
         if self._n == 0:
             raise SamplerError("cannot sample: the population is empty (n_rows = 0)")
+        self._fill(out, b, 0, self._n)
+        return out
+
+    def sample_range_into(self, out: np.ndarray, lo: int, n: int) -> np.ndarray:
+        """Uniform rows in ``[lo, lo + n)``, a part of the population, into ``out``: the
+        restricted draw of a replay (its demonstration prefix, its recent window), from the
+        same stream and with the same mapping as :meth:`sample_into`, allocating nothing once
+        a batch size has been seen.
+
+        Parameters
+        ----------
+        out : int64 array (B,)
+            C-contiguous and writeable, ``B >= 1``.
+        lo, n : int
+            The range, ``0 <= lo`` and ``1 <= n`` with ``lo + n <= n_rows``.
+
+        Returns
+        -------
+        ndarray
+            ``out``.
+        """
+        b = _check_out(out)
+        if type(lo) is not int or lo < 0:
+            lo = check_count("lo", lo, minimum=0)
+        if type(n) is not int or n < 1:
+            n = check_count("n", n)
+        if lo + n > self._n:
+            raise SamplerError(
+                f"range [{lo}, {lo + n}) is outside the population [0, {self._n})"
+            )
+        self._fill(out, b, lo, n)
+        return out
+
+    def _fill(self, out: np.ndarray, b: int, lo: int, n: int) -> None:
         raw = self._raw.get(b)
         if raw is None:
             if len(self._raw) >= 8:
                 self._raw.clear()
             raw = self._raw[b] = np.empty(b, dtype=np.uint64)
         self._words.fill(raw)
-        _philox._bounded_rows_cpu(raw, 0, self._n, out)
-        return out
+        _philox._bounded_rows_cpu(raw, lo, n, out)
 
     def state_dict(self) -> dict[str, Any]:
         """Population size, seed and generator state: enough to resume the stream exactly."""

@@ -17,15 +17,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from numbatraj.data.index_batch import IndexBatch
-from numbatraj.errors import SamplerError
-from numbatraj.samplers._args import (
+from numbatraj._checks import (
     check_count,
     check_seed,
     generator_state,
     new_generator,
     set_generator_state,
 )
+from numbatraj.data.index_batch import IndexBatch
+from numbatraj.errors import SamplerError
 from numbatraj.samplers.uniform import uniform_rows
 
 __all__ = ["WindowSampler"]
@@ -42,7 +42,7 @@ class WindowSampler:
         Seed of the sampler's own generator.
     """
 
-    def __init__(self, windowed: Any, seed: int) -> None:
+    def __init__(self, windowed: Any, seed: int = 0) -> None:
         if not hasattr(windowed, "window"):
             raise SamplerError(
                 f"WindowSampler needs an object with a 'window' -> (start, stop) property, "

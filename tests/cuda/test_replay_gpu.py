@@ -98,8 +98,8 @@ def test_uniform_draws_equal_host_twin_and_gather_equals_host_rows(kw, ere):
         for n in cpu.columns:
             np.testing.assert_array_equal(out[n].copy_to_host(), host_rows[n])
         if ere:
-            c = gpu.ere_window(step, 3)
-            assert c == cpu.ere_window(step, 3)
+            c = gpu.ere_window(k=step, K=3)
+            assert c == cpu.ere_window(k=step, K=3)
             online = row_ids(host_rows)[row_ids(host_rows) < 900]
             assert online.min() >= 28 - c
 
@@ -172,7 +172,7 @@ def test_errors_and_buffer_reuse():
     gpu.configure_ere(True, c_min=2)
     with pytest.raises(SamplerError, match="set_ere_step"):
         gpu.sample_indices(4)
-    gpu.set_ere_step(1, 2)
+    gpu.set_ere_step(k=1, K=2)
     gpu.sample_indices(4)  # k, K now live in device memory
 
 
@@ -233,3 +233,170 @@ def test_checkpoint_with_an_impossible_cursor_is_refused(tmp_path):
         f.attrs["state"] = json.dumps(state)
     with pytest.raises(IntegrityError, match="is impossible"):
         type(gpu).load(path)
+
+
+def _corrupt_text(path, state):
+    path.write_text("hello")
+
+
+def _corrupt_no_attr(path, state):
+    import h5py
+
+    with h5py.File(path, "w") as f:
+        f["x"] = np.zeros(3)
+
+
+def _edit_attrs(fn):
+    def edit(path, state):
+        import json
+
+        import h5py
+
+        with h5py.File(path, "r+") as f:
+            st = json.loads(f.attrs["state"])
+            fn(f, st)
+            f.attrs["state"] = json.dumps(st)
+
+    return edit
+
+
+def _set(key, value):
+    def fn(f, st):
+        st[key] = value
+
+    return fn
+
+
+def _dataset(key, fn):
+    def edit(f, st):
+        fn(f, key)
+
+    return edit
+
+
+def _replace_ring_obs(f, key):
+    del f[key]
+    f[key] = np.zeros((2, 3), np.float32)
+
+
+def _set_item(index, value):
+    def fn(f, key):
+        f[key][index] = value
+
+    return fn
+
+
+def _delete(f, key):
+    del f[key]
+
+
+def _version(f, st):
+    f.attrs["numbatraj_replay"] = 2
+
+
+def _bad_json(f, st):
+    f.attrs["config"] = "{not json"
+
+
+def _max_priority(f, st):  # the device keeps it in its state, the host in the sampler's
+    if "sampler" in st:
+        st["sampler"]["max_priority"] = -1.0
+    else:
+        st["max_priority"] = -1.0
+
+
+#: every check the host loader makes, as (edit, error, message); the same edit of a device
+#: checkpoint must fail the same way (the device loader used to skip four of them)
+CORRUPTIONS = {
+    "not hdf5": (_corrupt_text, "IntegrityError", r"not a readable replay checkpoint"),
+    "no format attr": (_corrupt_no_attr, "IntegrityError", r"not a replay checkpoint \(no"),
+    "format version": (_edit_attrs(_version), "IntegrityError", r"format version 2"),
+    "unreadable json": (_edit_attrs(_bad_json), "IntegrityError", r"unreadable config/state"),
+    "missing state key": (_edit_attrs(lambda f, st: st.pop("n_added")), "IntegrityError",
+                          r"unreadable ring state"),
+    "ring state out of range": (_edit_attrs(_set("n_demo", 5)), "IntegrityError",
+                                r"n_demo=5, size=4, cursor=4 does not fit demo_capacity 3"),
+    "cursor of an unwrapped ring": (_edit_attrs(_set("cursor", 2)), "IntegrityError",
+                                    r"size=4, cursor=2 is impossible"),
+    "dataset shape": (_edit_attrs(_dataset("ring/obs", _replace_ring_obs)), "IntegrityError",
+                      r"'ring/obs' is float32 \(2, 3\), expected float32 \(4, 3\)"),
+    "dataset missing": (_edit_attrs(_dataset("sampler/stamps", _delete)), "IntegrityError",
+                        r"'sampler/stamps' is missing"),
+    "present vs ring": (_edit_attrs(_dataset("sampler/present", _set_item(7, True))),
+                        "IntegrityError", r"present marks 7 rows \(row 7 is present\)"),
+    "leaf where no row": (_edit_attrs(_dataset("sampler/leaves", _set_item(8, 1.0))),
+                          "IntegrityError", r"row 8: leaf 1\.0, present=False"),
+    "nan leaf": (_edit_attrs(_dataset("sampler/leaves", _set_item(0, np.nan))),
+                 "IntegrityError", r"row 0: leaf nan, present=True"),
+    "max priority": (_edit_attrs(_max_priority), "SamplerError", r"max_priority must be in"),
+}
+
+
+def _unwrapped(cls):
+    rep = cls(sac_columns(), 12, demo_capacity=3, prioritized=True, seed=3, quantize=QUANT)
+    rep.add_demos(**rows(0, 2))
+    rep.add(**rows(10, 4))  # ring of 9, not wrapped: size 4, cursor 4
+    return rep
+
+
+@pytest.mark.parametrize("what", sorted(CORRUPTIONS))
+def test_corrupted_device_checkpoint_fails_every_host_check(tmp_path, what):
+    from numbatraj import errors
+    from numbatraj.replay import StoreReplayGpu
+
+    edit, err, match = CORRUPTIONS[what]
+    for cls in (StoreReplay, StoreReplayGpu):
+        path = tmp_path / f"{cls.__name__}.ckpt"
+        _unwrapped(cls).save(path)
+        cls.load(path)  # the untouched file loads
+        edit(path, None)
+        with pytest.raises(getattr(errors, err), match=rf"{match}") as info:
+            cls.load(path)
+        if err == "IntegrityError":
+            assert repr(str(path)) in str(info.value), (cls.__name__, str(info.value))
+
+
+def test_device_checkpoint_state_words_must_match_the_ring(tmp_path):
+    import json
+
+    import h5py
+
+    from numbatraj.errors import IntegrityError
+    from numbatraj.replay import StoreReplayGpu
+
+    path = tmp_path / "gpu.ckpt"
+    _unwrapped(StoreReplayGpu).save(path)
+    with h5py.File(path, "r+") as f:
+        state = json.loads(f.attrs["state"])
+        state["istate"][L.SIZE] = 3
+        f.attrs["state"] = json.dumps(state)
+    with pytest.raises(IntegrityError, match=r"device state .* does not match the ring state"):
+        StoreReplayGpu.load(path)
+
+
+def test_device_checkpoint_without_present_rebuilds_it_from_the_ring(tmp_path):
+    import h5py
+
+    from numbatraj.replay import StoreReplayGpu
+
+    gpu = _unwrapped(StoreReplayGpu)
+    path = tmp_path / "gpu.ckpt"
+    gpu.save(path)
+    with h5py.File(path, "r+") as f:  # as written before the device stored it
+        del f["sampler/present"]
+    back = StoreReplayGpu.load(path)
+    np.testing.assert_array_equal(back._sums.copy_to_host(), gpu._sums.copy_to_host())
+    np.testing.assert_array_equal(back._mins.copy_to_host(), gpu._mins.copy_to_host())
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_device_state_dict_resumes_the_streams(prioritized):
+    gpu, cpu = _pair(prioritized=prioritized, demo_capacity=4, demo_fraction=0.25)
+    _fill(gpu, cpu, demos=2)
+    gpu.sample_indices(8)
+    back, _ = _pair(prioritized=prioritized, demo_capacity=4, demo_fraction=0.25)
+    back.load_state_dict(gpu.state_dict())
+    for _ in range(2):
+        a = gpu.sample_indices(8).indices.copy_to_host()
+        b = back.sample_indices(8).indices.copy_to_host()
+        np.testing.assert_array_equal(a, b)

@@ -18,9 +18,11 @@ import pytest
 from numbatraj.io.archive import COMPLETE_MARKER
 from numbatraj.remote import ENV_KEY, ENV_URL, _cli_assets
 from numbatraj.remote import assets as assets_mod
+from numbatraj.remote._assets_kv import parse_assets_kv
 from numbatraj.remote.assets import declared_packs, pack_status, pull_packs, where_packs
+from tests.catalog.conftest import Catalog
 from tests.io.test_archive import GOOD, HOSTILE, _sym, write_archive
-from tests.remote.conftest import Catalog
+from tests.remote.test_assets_source import write_kv
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -351,3 +353,30 @@ def test_hostile_pack_is_refused_and_dest_stays_empty(
     assert sorted(os.listdir(kv.parent)) == ["assets.kv"]  # nothing lands in dest
     entry = tmp_path / "cache/assets" / hashlib.sha256(evil).hexdigest()
     assert not (entry / "tree").exists()  # and no extracted tree is left to trust
+
+
+def test_hf_pull_to_a_foreign_host_sends_nothing(tmp_path: Path) -> None:
+
+    seen: list[str | None] = []
+
+    class H(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append(self.headers.get("Authorization"))
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *a: object) -> None:
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        kv = write_kv(tmp_path, "hf", f"http://127.0.0.1:{srv.server_port}/steal")
+        (res,) = pull_packs(parse_assets_kv(kv), cache=str(tmp_path / "c"),
+                            env={"HF_TOKEN": "hf_SECRET"}, env_file=None,
+                            fetch_options={"retries": 0, "progress": False})
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert res.state == "failed" and "127.0.0.1" in (res.error or "") and seen == []

@@ -1,21 +1,22 @@
-"""RemoteCatalog.from_env, the dotenv reader, the database URLs, and the commands."""
+"""RemoteCatalog.from_env, the dotenv reader, secrets kept out of client errors, and the
+commands."""
 
 from __future__ import annotations
 
 import os
 import re
-import sqlite3
+import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from numbatraj.cli import main
-from numbatraj.errors import CatalogError, CatalogRequestError
-from numbatraj.remote import ENV_KEY, ENV_URL, RemoteCatalog, open_db, read_dotenv
-from numbatraj.remote.db import SqliteCatalogDB
-from tests.remote.conftest import Catalog
+from numbatraj.errors import CatalogError, CatalogRequestError, DownloadError
+from numbatraj.remote import ENV_KEY, ENV_URL, RemoteCatalog, read_dotenv
+from tests.catalog.conftest import Catalog
 
 
 @pytest.fixture
@@ -62,6 +63,16 @@ def test_dotenv_file_and_precedence(clean_env: Path, monkeypatch) -> None:
         RemoteCatalog.from_env("other.env")
 
 
+def test_dotenv_follows_python_dotenv(clean_env: Path) -> None:
+    (clean_env / ".env").write_text(
+        "A=v # a note\nB='v # kept'\nC=\"two words\"\nD=${A}\nexport E = e\nBARE\n"
+    )
+    # python-dotenv's rule: an unquoted value ends at " #" (the hand-written parser kept it)
+    assert read_dotenv(clean_env / ".env") == {
+        "A": "v", "B": "v # kept", "C": "two words", "D": "${A}", "E": "e"}
+    assert read_dotenv(clean_env / "absent.env") == {}
+
+
 def test_unreachable_catalog(catalog: Catalog) -> None:
     url = catalog.url
     catalog.service.stop()
@@ -71,19 +82,30 @@ def test_unreachable_catalog(catalog: Catalog) -> None:
             cat.list()
 
 
-def test_open_db_urls(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    db = open_db("sqlite:///rel/c.db")
-    assert isinstance(db, SqliteCatalogDB) and db.path == "rel/c.db"
-    db.close()
-    db = open_db(f"sqlite:///{tmp_path}/abs.db")
-    assert db.path == f"{tmp_path}/abs.db"  # type: ignore[attr-defined]
-    db.close()
-    with sqlite3.connect(tmp_path / "abs.db") as conn:
-        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    for bad in ["mysql://x/y", "sqlite://"]:
-        with pytest.raises(CatalogRequestError, match="--db"):
-            open_db(bad)
+def dead_url() -> str:
+    """A URL on a closed loopback port, its query holding fake presign secrets."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return f"http://127.0.0.1:{port}/bucket/obj?X-Amz-Signature=SECRET&X-Amz-Credential=AKIAQ"
+
+
+def test_client_upload_error_has_no_signature(tmp_path: Path, catalog: Catalog) -> None:
+    f = tmp_path / "blob"
+    f.write_bytes(b"x" * 100)
+    with pytest.raises(DownloadError) as ei:
+        catalog.client().upload(str(f), {"url": dead_url(), "method": "PUT"})
+    msg = str(ei.value)
+    assert "failed" in msg and "SECRET" not in msg and "AKIAQ" not in msg
+
+
+def test_catalog_unreachable_error_has_no_password() -> None:
+    url = dead_url().split("/bucket")[0].replace("http://", "http://admin:hunter2@")
+    cat = RemoteCatalog(url, "k", timeout=2)
+    with pytest.raises(CatalogError) as ei:
+        cat.describe("x", None)
+    assert "hunter2" not in str(ei.value)
 
 
 def test_commands_against_a_served_catalog(tmp_path: Path, store, monkeypatch, capsys) -> None:
@@ -126,3 +148,34 @@ def test_commands_against_a_served_catalog(tmp_path: Path, store, monkeypatch, c
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_serve_banner_masks_password(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import argparse
+
+    from numbatraj.catalog import service
+    from numbatraj.remote import _cli
+
+    class FakeService:
+        url = "http://127.0.0.1:1"
+
+        def __init__(self, db: str, objects: str, **kw: Any) -> None:
+            self.objects = argparse.Namespace(description=objects)
+
+        def serve_forever(self) -> None:
+            raise KeyboardInterrupt
+
+        def stop(self) -> None:
+            pass
+
+    monkeypatch.setattr(service, "CatalogService", FakeService)
+    args = argparse.Namespace(
+        db="postgresql://cat:s3cret@db.example:5432/catalog", objects="file:///tmp/o",
+        host="127.0.0.1", port=0, public_url=None, get_expiry=60, put_expiry=60,
+        verbose=False,
+    )
+    assert _cli._cmd_serve(args) == 0
+    out = capsys.readouterr().out
+    assert "s3cret" not in out and "db=postgresql://cat:***@db.example:5432/catalog" in out

@@ -25,8 +25,8 @@ from numbatraj.io.video_encode import available_encoders  # noqa: E402
 from numbatraj.lerobot.read import import_lerobot_v3  # noqa: E402
 from numbatraj.remote import ENV_KEY, ENV_URL  # noqa: E402
 from numbatraj.remote.recording import RecordingSync  # noqa: E402
+from tests.catalog.conftest import Catalog  # noqa: E402
 from tests.lerobot.test_lerobot_writer_support import H, W, action_of, state_of  # noqa: E402
-from tests.remote.conftest import Catalog  # noqa: E402
 
 REPO = str(Path(__file__).resolve().parents[2])
 LENGTHS = [12, 7, 15, 9, 11, 8]

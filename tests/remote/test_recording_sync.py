@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -14,11 +15,24 @@ import pyarrow.parquet as pq
 import pytest
 import requests
 
-from numbatraj.errors import CatalogAuthError, CatalogError, CatalogRequestError
+from numbatraj.errors import (
+    CatalogAuthError,
+    CatalogError,
+    CatalogRequestError,
+    DownloadError,
+    IntegrityError,
+)
 from numbatraj.io.hashing import sha256_file
 from numbatraj.remote import ENV_KEY, ENV_URL, _cli_dataset
-from numbatraj.remote.recording import RecordingSync, list_recordings, projects_root
-from tests.remote.conftest import Catalog
+from numbatraj.remote._recording_scan import FileStat
+from numbatraj.remote.recording import (
+    PassResult,
+    RecordingSync,
+    list_recordings,
+    projects_root,
+)
+from tests.catalog.conftest import Catalog
+from tests.remote.test_client_cli import dead_url
 
 CAM = "observation.images.front"
 
@@ -55,17 +69,17 @@ def write_fake(root: Path, n_episodes: int, *, stamp: int = 0) -> None:
 
 
 class Counting:
-    """Wraps a RemoteCatalog's _call to count requests per route."""
+    """Wraps a RemoteCatalog's request() to count requests per route."""
 
     def __init__(self, cat: Any) -> None:
         self.calls: list[str] = []
-        real = cat._call
+        real = cat.request
 
         def call(method: str, path: str, **kw: Any) -> Any:
             self.calls.append(f"{method} {path.rsplit('/', 1)[-1]}")
             return real(method, path, **kw)
 
-        cat._call = call
+        cat.request = call
 
 
 def tree(root: Path) -> dict[str, bytes]:
@@ -134,7 +148,7 @@ def test_service_never_commits_info_naming_an_absent_video(
             continue
         ans = _post(catalog, "offer", {"path": rel, **f}).json()
         if ans["state"] == "upload":
-            sync.catalog._upload(str(src / rel), ans["upload"])
+            sync.catalog.upload(str(src / rel), ans["upload"])
             assert _post(catalog, f"blobs/{f['sha256']}/complete", {}).status_code == 200
     without = {k: v for k, v in files.items() if k != new_video}
     r = _post(catalog, "commit", {"files": without})
@@ -265,3 +279,73 @@ def test_episode_ending_mid_pass_repeats_the_pass(tmp_path: Path, catalog: Catal
     RecordingSync(catalog.client(write=False), "p", "d").pull(out)
     assert tree(out) == {p: b for p, b in tree(src).items()}
     assert pq.read_table(out / "data/chunk-000/file-000.parquet").column("stamp")[0].as_py() == 7
+
+
+# -- watch: any failed pass is logged, redacted, and the next one runs ----------------
+
+
+def test_watch_logs_a_malformed_template_and_goes_on(
+    tmp_path: Path, catalog: Catalog, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "projects/lab/datasets/bad"
+    write_fake(root, 2)
+    info = json.loads((root / "meta/info.json").read_text())
+    info["video_path"] = "videos/{video_key}/{os.environ}.mp4"
+    (root / "meta/info.json").write_text(json.dumps(info))
+    sync = RecordingSync(catalog.client(), "lab", "bad", root, settle_s=0.01)
+    seen: list[PassResult] = []
+    with caplog.at_level(logging.WARNING, logger="numbatraj.remote.recording"):
+        summary = sync.watch(0.01, max_cycles=2, on_pass=seen.append)
+    assert summary.cycles == 2 and len(summary.errors) == 2 and not summary.interrupted
+    assert all(r.note.startswith("error: ") for r in seen)
+    assert "video_path" in summary.errors[0]
+    assert sum("push pass" in r.getMessage() for r in caplog.records) == 2
+
+
+@pytest.mark.parametrize("exc", [
+    IntegrityError("meta/info.json video_path is bad"),
+    KeyError("state"),
+    ValueError("boom"),
+    requests.ConnectionError("url: /up?X-Amz-Signature=SECRET"),
+])
+def test_watch_survives_any_error_and_redacts(tmp_path: Path, catalog: Catalog, exc,
+                                              monkeypatch) -> None:
+    root = tmp_path / "projects/lab/datasets/ok"
+    write_fake(root, 1)
+    sync = RecordingSync(catalog.client(), "lab", "ok", root, settle_s=0.01)
+    real = sync.push_pass
+    calls = []
+
+    def flaky() -> PassResult:
+        calls.append(1)
+        if len(calls) == 1:
+            raise exc
+        return real()
+
+    monkeypatch.setattr(sync, "push_pass", flaky)
+    summary = sync.watch(0.01, max_cycles=2)
+    assert summary.cycles == 2 and len(summary.errors) == 1 and summary.commits == 1
+    assert "SECRET" not in summary.errors[0]
+
+
+def test_watch_still_stops_on_ctrl_c(tmp_path: Path, catalog: Catalog, monkeypatch) -> None:
+    sync = RecordingSync(catalog.client(), "lab", "x", tmp_path / "x", settle_s=0.01)
+
+    def interrupt() -> PassResult:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sync, "push_pass", interrupt)
+    assert sync.watch(0.01, max_cycles=3).interrupted
+
+
+def test_recording_upload_error_has_no_signature(tmp_path: Path, catalog: Catalog) -> None:
+    root = tmp_path / "r"
+    root.mkdir()
+    f = root / "blob"
+    f.write_bytes(b"x" * 100)
+    sync = RecordingSync(catalog.client(), "lab", "r", root)
+    with open(f, "rb") as fh:
+        st = FileStat.of(os.fstat(fh.fileno()))
+        with pytest.raises(DownloadError) as ei:
+            sync._put("blob", fh, st, {"url": dead_url()})
+    assert "SECRET" not in str(ei.value) and "AKIAQ" not in str(ei.value)

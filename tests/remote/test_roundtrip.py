@@ -13,12 +13,13 @@ import pytest
 import requests
 
 from numbatraj import TrajectoryStore, validate_store
+from numbatraj.catalog import CatalogService
 from numbatraj.errors import CatalogError
 from numbatraj.io.atomic import part_path
 from numbatraj.io.hashing import sha256_file
-from numbatraj.remote import CatalogService, RemoteCatalog
-from tests.remote.conftest import Catalog
-from tests.remote.s3standin import S3StandIn
+from numbatraj.remote import RemoteCatalog
+from tests.catalog.conftest import Catalog
+from tests.catalog.s3standin import S3StandIn
 
 
 def _check_store(path: Path, cols: dict[str, np.ndarray]) -> None:
@@ -113,7 +114,7 @@ def test_stale_dest_is_refetched(catalog: Catalog, store, tmp_path: Path) -> Non
 
 
 def test_latest_ready_version_is_pulled(catalog: Catalog, store, tmp_path: Path, rng) -> None:
-    from tests.remote.conftest import write_store
+    from tests.catalog.conftest import write_store
 
     path, _ = store
     v2 = tmp_path / "v2.h5"
@@ -156,7 +157,7 @@ def test_upload_killed_halfway_leaves_an_unusable_pending_row(
     data = path.read_bytes()
     out = tmp_path / "out.h5"
     with catalog.client() as cat:
-        reg = cat._call("POST", "/v1/datasets", json={
+        reg = cat.request("POST", "/v1/datasets", json={
             "name": "walker-random", "version": "v1", "sha256": sha256_file(path),
             "bytes": len(data),
         })
@@ -168,7 +169,7 @@ def test_upload_killed_halfway_leaves_an_unusable_pending_row(
             cat.pull("walker-random", out)
         assert not out.exists() and not os.path.exists(part_path(out))
         with pytest.raises(CatalogError, match="stays pending: no object was uploaded"):
-            cat._call("POST", "/v1/datasets/walker-random/v1/complete")
+            cat.request("POST", "/v1/datasets/walker-random/v1/complete")
         assert [r["status"] for r in cat.list()] == ["pending"]
         # nothing that looks complete was left in the object store either
         assert _object_files(tmp_path / "objects") == []
@@ -182,7 +183,7 @@ def test_upload_of_other_bytes_is_refused_by_the_object_store(catalog: Catalog, 
     path, _ = store
     data = path.read_bytes()
     with catalog.client() as cat:
-        reg = cat._call("POST", "/v1/datasets", json={
+        reg = cat.request("POST", "/v1/datasets", json={
             "name": "walker-random", "version": "v1", "sha256": sha256_file(path),
             "bytes": len(data),
         })
@@ -190,7 +191,7 @@ def test_upload_of_other_bytes_is_refused_by_the_object_store(catalog: Catalog, 
         r = requests.put(reg["upload"]["url"], data=forged, timeout=10)
         assert r.status_code == 400 and "differs from the signed" in r.text
         with pytest.raises(CatalogError, match="stays pending"):
-            cat._call("POST", "/v1/datasets/walker-random/v1/complete")
+            cat.request("POST", "/v1/datasets/walker-random/v1/complete")
 
 
 def test_ready_versions_are_immutable(catalog: Catalog, store, tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from numbatraj.data import TrajectoryStore
 from numbatraj.errors import IntegrityError, SchemaError
+from numbatraj.io.atomic import is_temp_name
 from numbatraj.replay import StoreReplay
 from tests.replay.helpers import row_ids, rows, sac_columns
 
@@ -46,7 +47,7 @@ def test_resumed_run_samples_what_an_uninterrupted_one_would(tmp_path, prioritiz
         a.configure_ere(True, eta=0.9, c_min=3)
     path = tmp_path / "replay.ckpt"
     a.save(path)
-    assert not os.path.exists(str(path) + ".tmp")
+    assert not any(is_temp_name(p) for p in os.listdir(tmp_path))
     b = StoreReplay.load(path)
     assert (b.size, b.cursor, b.n_demo, b.n_added) == (a.size, a.cursor, a.n_demo, a.n_added)
     for k in a.columns:
@@ -73,7 +74,7 @@ def test_save_is_atomic_and_load_refuses_foreign_files(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="simulated"):
         rep.save(path)
     monkeypatch.undo()
-    assert path.read_bytes() == good and not os.path.exists(str(path) + ".tmp")
+    assert path.read_bytes() == good and not any(is_temp_name(p) for p in os.listdir(tmp_path))
     foreign = tmp_path / "foreign.h5"
     with h5py.File(foreign, "w") as f:
         f["x"] = np.zeros(3)
@@ -131,3 +132,91 @@ def test_load_needs_the_buffer_memory_once(tmp_path):
     tracemalloc.stop()
     assert back.size == 40_000 and back.storage("obs")[-1, 0] == 1.0
     assert buffer_bytes <= peak < 1.25 * buffer_bytes  # the columns, not a second copy
+
+
+def test_dump_cuts_after_the_demo_prefix(tmp_path):
+    rep = StoreReplay(sac_columns(), 8, demo_capacity=4)
+    demo = rows(0, 3)
+    demo["done"][:] = False
+    rep.add_demos(**demo)
+    online = rows(100, 4)
+    online["done"][:] = [False, False, False, True]
+    rep.add(**online)
+    path = tmp_path / "d.h5"
+    assert rep.dump(path) == 2
+    with TrajectoryStore(path) as st:
+        assert st.episode_lengths.tolist() == [3, 4]
+    # demo rows only, no done: one open episode, as before
+    only = StoreReplay(sac_columns(), 8, demo_capacity=4)
+    only.add_demos(**demo)
+    assert only.dump(tmp_path / "o.h5") == 1
+
+
+def _edited_checkpoint(tmp_path, edit):
+    import json
+
+    import h5py
+
+    rep = StoreReplay(sac_columns(), 12, demo_capacity=3, prioritized=True, seed=3)
+    rep.add_demos(**rows(0, 2))
+    rep.add(**rows(10, 4))  # ring of 9, not wrapped: size 4, cursor 4
+    path = tmp_path / "r.ckpt"
+    rep.save(path)
+    StoreReplay.load(path)  # the untouched file loads
+    with h5py.File(path, "r+") as f:
+        state = json.loads(f.attrs["state"])
+        edit(f, state)
+        f.attrs["state"] = json.dumps(state)
+    return path
+
+
+def test_load_refuses_a_cursor_that_does_not_match_an_unwrapped_ring(tmp_path):
+    def edit(f, state):
+        state["cursor"] = 2
+
+    path = _edited_checkpoint(tmp_path, edit)
+    with pytest.raises(IntegrityError, match=r"r\.ckpt.*size=4, cursor=2"):
+        StoreReplay.load(path)
+
+
+@pytest.mark.parametrize("what", ["present", "leaves", "nan"])
+def test_load_refuses_sampler_rows_that_disagree_with_the_ring(tmp_path, what):
+    def edit(f, state):
+        if what == "present":
+            f["sampler/present"][7] = True  # an unfilled ring slot
+        elif what == "leaves":
+            f["sampler/leaves"][8] = 1.0  # a leaf where no row is held
+        else:
+            f["sampler/leaves"][0] = np.nan
+
+    path = _edited_checkpoint(tmp_path, edit)
+    match = {"present": r"r\.ckpt.*present marks 7 rows \(row 7 is present\).*2 demo rows "
+                        r"and 4 ring rows",
+             "leaves": r"r\.ckpt.*row 8: leaf 1\.0, present=False",
+             "nan": r"r\.ckpt.*row 0: leaf nan, present=True"}[what]
+    with pytest.raises(IntegrityError, match=match):
+        StoreReplay.load(path)
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_state_dict_resumes_like_a_checkpoint(prioritized):
+    rep = _build(prioritized, demo_fraction=0.25)
+    state = rep.state_dict()
+    back = StoreReplay(sac_columns(), 12, prioritized=prioritized, seed=5, demo_capacity=3,
+                       quantize={"next_obs": (-1.0, 400.0)}, demo_fraction=0.25)
+    back.load_state_dict(state)
+    assert (back.cursor, back.size, back.n_demo, back.n_added) == (
+        rep.cursor, rep.size, rep.n_demo, rep.n_added)
+    for a, b in zip(_run(rep), _run(back)):
+        np.testing.assert_array_equal(a[0], b[0])
+        for name in a[1]:
+            np.testing.assert_array_equal(a[1][name], b[1][name])
+    other = StoreReplay(sac_columns(), 13, prioritized=prioritized)
+    with pytest.raises(SchemaError, match="another replay configuration"):
+        other.load_state_dict(state)
+    if prioritized:
+        state["tree"]["leaves"][2] = 1.0  # the unfilled demo row
+        bad = StoreReplay(sac_columns(), 12, prioritized=True, seed=5, demo_capacity=3,
+                          quantize={"next_obs": (-1.0, 400.0)}, demo_fraction=0.25)
+        with pytest.raises(IntegrityError, match="leaf 1.0, present=False"):
+            bad.load_state_dict(state)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from numbatraj.errors import IntegrityError, SchemaError
+from numbatraj.io.atomic import is_temp_name
 from numbatraj.replay import DemoFile, DemoWriter, StoreReplay
 from numbatraj.replay.demo_file import DEMO_MAGIC
 from tests.replay.helpers import row_ids, rows, sac_columns
@@ -83,7 +84,7 @@ def test_writer_checks_and_abort(tmp_path):
         with DemoWriter(path, sac_columns()) as w:
             w.append(**rows(0, 3))
             raise RuntimeError("boom")
-    assert not path.exists() and not os.path.exists(str(path) + ".tmp")
+    assert not path.exists() and not any(is_temp_name(p) for p in os.listdir(tmp_path))
     w = DemoWriter(path, sac_columns())
     with pytest.raises(SchemaError, match="'obs' is float32, got float64"):
         w.append(**{**rows(0, 2), "obs": np.zeros((2, 3))})
@@ -97,3 +98,40 @@ def test_writer_checks_and_abort(tmp_path):
 
     with pytest.raises(SchemaError, match="must be bool"):
         DemoWriter(tmp_path / "x.demo", [ColumnSpec("intervention", np.uint8, ())])
+
+
+def test_demo_writer_exit_aborts_when_close_fails(tmp_path, monkeypatch):
+    path = tmp_path / "x.demo"
+
+    def broken_fsync(fd):
+        raise OSError(5, "fsync failed")
+
+    with pytest.raises(OSError, match="fsync failed"):
+        with DemoWriter(path, sac_columns()) as w:
+            w.append(**rows(0, 3))
+            monkeypatch.setattr(os, "fsync", broken_fsync)
+    assert not path.exists() and not any(is_temp_name(p) for p in os.listdir(tmp_path))
+
+
+@pytest.mark.parametrize("links", [True, False])
+def test_demo_writer_does_not_clobber_a_file_that_appeared(tmp_path, monkeypatch, links):
+    if not links:  # a file system without hard links: check, then rename
+
+        def no_link(src, dst):
+            raise OSError(1, "links not supported")
+
+        monkeypatch.setattr(os, "link", no_link)
+    path = tmp_path / "x.demo"
+    with pytest.raises(FileExistsError) as info:
+        with DemoWriter(path, sac_columns()) as w:
+            w.append(**rows(0, 3))
+            path.write_bytes(b"someone else's")
+    tmp = w.tmp_path
+    assert is_temp_name(tmp) and os.path.dirname(tmp) == str(tmp_path)
+    assert repr(str(path)) in str(info.value) and repr(tmp) in str(info.value)
+    assert path.read_bytes() == b"someone else's"
+    assert DemoFile(tmp).n_rows == 3  # the finished file is kept, not deleted
+    with DemoWriter(tmp_path / "y.demo", sac_columns()) as w:  # the normal case still works
+        w.append(**rows(0, 2))
+    assert DemoFile(tmp_path / "y.demo").n_rows == 2
+    assert [p for p in os.listdir(tmp_path) if is_temp_name(p)] == [os.path.basename(tmp)]

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from numbatraj.replay import StoreReplay
-from numbatraj.replay import _per_kernels as pk
 from numbatraj.samplers import SumTree
+from numbatraj.samplers import kernels as pk
 from tests.reference import per_weights_ref, sample_ranges_ref
 from tests.replay.helpers import row_ids, rows, sac_columns
 
@@ -110,7 +110,7 @@ def test_prioritized_demo_split_and_ere_window_stay_in_their_rows():
     rep.add_demos(**rows(1000, 4))
     rep.add(**rows(0, 37))  # wraps the 16-row ring twice
     rep.configure_ere(True, eta=0.5, c_min=5)
-    c = rep.ere_window(10, 10)
+    c = rep.ere_window(k=10, K=10)
     batch, idx = rep.sample(64, k=10, K=10)
     ids = row_ids(batch)
     assert ((ids[:32] >= 1000) & (ids[:32] < 1004)).all()

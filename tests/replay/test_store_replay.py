@@ -161,7 +161,7 @@ def test_ere_window_and_samples_never_older(n, k, big_k, eta, c_min, prioritized
     rep.add(**rows(0, n))
     rep.configure_ere(True, eta=eta, c_min=c_min)
     size = min(n, cap)
-    c = rep.ere_window(k, big_k)
+    c = rep.ere_window(k=k, K=big_k)
     assert c == ere_window_ref(size, k, big_k, eta, c_min)
     batch, idx = rep.sample(500, k=k, K=big_k)
     ids = row_ids(batch)
@@ -176,7 +176,7 @@ def test_ere_errors():
     rep = StoreReplay(sac_columns(), 8)
     rep.add(**rows(0, 8))
     with pytest.raises(SamplerError, match="ERE is off"):
-        rep.ere_window(1, 2)
+        rep.ere_window(k=1, K=2)
     rep.configure_ere(True, c_min=2)
     with pytest.raises(SamplerError, match="needs integer k and K"):
         rep.sample(4)
@@ -351,3 +351,26 @@ def test_batched_adds_into_row_records_match_ring_put_ref(cap, demo, cursor, n, 
         ring_put_ref(expected, batch[c].reshape(n, -1), demo, ring, cursor % ring)
         got = np.ascontiguousarray(rep.storage(c)).reshape(cap, -1)
         np.testing.assert_array_equal(got.view(np.uint8), expected.view(np.uint8))
+
+
+def _small_columns():
+    return [ColumnSpec("a", np.uint8, ()), ColumnSpec("i", np.int16, ()),
+            ColumnSpec("x", np.float16, ())]
+
+
+@pytest.mark.parametrize("bad, value", [("a", 300), ("a", -1), ("i", 40_000), ("x", 1e6),
+                                        ("x", 70_000), ("x", 10**400)])
+def test_python_scalars_out_of_the_column_range_name_the_column(bad, value):
+    rep = StoreReplay(_small_columns(), 4, prioritized=False)
+    good = {"a": 255, "i": -32768, "x": 65504.0}
+    row = dict(good, **{bad: value})
+    with pytest.raises(SchemaError, match=rf"column '{bad}'.*{value!r}.*outside its range"):
+        rep.add(**row)
+    assert rep.size == 0
+    rep.add(**good)  # the extremes fit
+    rep.add(a=0, i=32767, x=float("inf"))  # inf given is inf stored
+    held = rep.rows()
+    assert held["a"].tolist() == [255, 0] and held["i"].tolist() == [-32768, 32767]
+    assert held["x"][0] == 65504 and np.isinf(held["x"][1])
+    one = {"a": np.uint8(1), "i": np.int16(2), "x": np.float16(3)}  # the fast path
+    assert rep._cols.single_row(one) is not None

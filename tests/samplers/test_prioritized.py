@@ -230,3 +230,31 @@ def test_sample_into_equals_sample_and_allocates_nothing():
         a.sample_into(idx, np.empty(512, np.float64), st)
     with pytest.raises(SamplerError, match="stamps must be"):
         a.sample_into(idx, w, st[:5])
+
+
+def test_restricted_draws_follow_the_reference_and_own_a_second_stream():
+    from numbatraj.samplers import kernels
+    from tests.reference import sample_ranges_ref
+
+    s = PrioritizedSampler(20, alpha=0.7, beta=0.5, seed=4)
+    s.note_added(np.arange(20))
+    s.update_priorities(np.arange(20), np.linspace(0.1, 2.0, 20))
+    whole = PrioritizedSampler(20, alpha=0.7, beta=0.5, seed=4)
+    whole.load_state_dict(s.state_dict())
+    idx, w, st = np.empty(6, np.int64), np.empty(6, np.float32), np.empty(6, np.int64)
+    s.sample_ranges_into(idx, w, st, 14, 20, 0, 3)
+    u = np.random.Generator(np.random.PCG64([4, 1])).random(6)
+    t = s.tree
+    ref = sample_ranges_ref(np.array(t.leaves), [(14, 20), (0, 3)], u, 0.5)
+    np.testing.assert_array_equal(idx, ref[0])
+    assert np.all((idx >= 14) | (idx < 3))
+    np.testing.assert_array_equal(st, s.generation(idx))
+    out, ww = np.empty(6, np.int64), np.empty(6, np.float32)
+    kernels.sample_ranges_cpu(t.sums, t.mins, t.n_leaves_padded, u, 0.5, 14, 20, 0, 3, out, ww,
+                              np.empty((2, 6)))
+    np.testing.assert_array_equal(idx, out)
+    np.testing.assert_array_equal(w, ww)
+    # restricted draws leave the whole-population stream alone
+    np.testing.assert_array_equal(s.sample(8).indices, whole.sample(8).indices)
+    with pytest.raises(SamplerError, match="row ranges"):
+        s.sample_ranges_into(idx, w, st, 5, 5)

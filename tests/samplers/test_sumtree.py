@@ -138,8 +138,8 @@ def test_bad_inputs():
 def test_batched_find_takes_the_per_draw_descent_path(capacity, rng):
     # the batched descent finishes inside groups of eight leaves, recomputing the two levels
     # above them: the leaves and remainders are bit for bit those of the node-by-node body
-    # the device runs per lane (replay/_per_kernels.descend)
-    from numbatraj.replay._per_kernels import descend
+    # the device runs per lane (samplers.kernels.descend)
+    from numbatraj.samplers.kernels import descend
 
     for trial in range(20):
         v = rng.random(capacity) ** 3 * 10

@@ -192,7 +192,7 @@ def test_sample_into_continues_the_same_stream_without_allocating():
 
 @pytest.mark.parametrize("seed", [0, 1, 2**64 - 1])
 def test_raw_words_equal_random_raw(seed):
-    from numbatraj.samplers._args import RawWords
+    from numbatraj.samplers._pcg64 import RawWords
 
     g, twin = np.random.Generator(np.random.PCG64(seed)), np.random.Generator(np.random.PCG64(seed))
     words = RawWords(g)
@@ -207,3 +207,17 @@ def test_raw_words_equal_random_raw(seed):
     assert fallback._state is None
     fallback.fill(out)
     np.testing.assert_array_equal(out, np.random.Philox(seed).random_raw(1001))
+
+
+def test_range_draws_share_the_stream_and_the_mapping():
+    a, b = UniformSampler(100, seed=3), UniformSampler(100, seed=3)
+    out = np.empty(16, np.int64)
+    a.sample_range_into(out, 40, 10)
+    raw = np.random.Generator(np.random.PCG64(3)).bit_generator.random_raw(16)
+    np.testing.assert_array_equal(out, 40 + ((raw.astype(object) * 10) >> 64).astype(np.int64))
+    b.sample_into(np.empty(16, np.int64))  # the same stream, one draw along
+    np.testing.assert_array_equal(a.sample(5).indices, b.sample(5).indices)
+    assert a.n_rows == 100  # a range draw does not change the population
+    with pytest.raises(SamplerError, match=r"range \[95, 105\) is outside the population"):
+        a.sample_range_into(out, 95, 10)
+    assert UniformSampler(5).seed == 0  # seeds default to 0 everywhere

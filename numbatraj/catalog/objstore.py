@@ -1,7 +1,7 @@
 """The embedded object endpoint: signed ``GET``/``HEAD``/``PUT`` of files under a directory.
 
 This is the object store of a single-machine catalog (``--objects file:///dir``), served by
-the catalog process.  It answers only URLs :class:`~numbatraj.remote.objects.FileObjects`
+the catalog process.  It answers only URLs :class:`~numbatraj.catalog.objects.FileObjects`
 signed, honours ``Range`` (so downloads resume), and writes an upload to a temporary name
 that becomes the object only when its size and SHA-256 equal the signed ones.
 """
@@ -12,9 +12,9 @@ import hashlib
 import os
 from http.server import BaseHTTPRequestHandler
 
+from numbatraj.catalog.objects import FileObjects
 from numbatraj.errors import CatalogRequestError
 from numbatraj.io.atomic import discard, publish, temp_path
-from numbatraj.remote.objects import FileObjects
 
 __all__ = ["serve_object_get", "serve_object_put"]
 

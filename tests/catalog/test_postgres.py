@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 import requests
 
+from numbatraj.catalog import CatalogService, open_db
+from numbatraj.catalog.db import PostgresCatalogDB
 from numbatraj.errors import CatalogAuthError, CatalogError, CatalogRequestError
-from numbatraj.remote import CatalogService, RemoteCatalog, open_db
-from numbatraj.remote.db import PostgresCatalogDB
-from tests.remote.conftest import Catalog
+from numbatraj.remote import RemoteCatalog
+from tests.catalog.conftest import Catalog
 
 URL = os.environ.get("NUMBATRAJ_TEST_POSTGRES_URL", "")
 try:
@@ -60,7 +61,7 @@ def pg_catalog(tmp_path: Path) -> Iterator[Catalog]:
 def test_pg_roundtrip_pending_and_immutability(pg_catalog: Catalog, store, tmp_path) -> None:
     path, _ = store
     with pg_catalog.client() as cat:
-        reg = cat._call("POST", "/v1/datasets", json={
+        reg = cat.request("POST", "/v1/datasets", json={
             "name": "walker", "version": "v1", "sha256": "ab" * 32, "bytes": 10,
         })
         assert reg["status"] == "pending"

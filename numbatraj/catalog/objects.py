@@ -1,6 +1,6 @@
 """Object stores behind the catalog: presigned URLs, and the check made before ``ready``.
 
-Two backends, chosen by :func:`open_objects` from the ``--objects`` URL:
+Two backends, chosen by :func:`open_objects` from an object store URL:
 
 ``file:///srv/objects``
     :class:`FileObjects`, the embedded default.  Bytes live under a local directory and
@@ -78,6 +78,7 @@ class Presigned:
 class ObjectBackend(Protocol):
     """What the catalog service needs from an object store."""
 
+    #: Where the objects live, for logs and ``/v1/health`` (no credentials).
     description: str
 
     def presign_get(self, key: str, expires_s: int) -> Presigned: ...
@@ -86,6 +87,10 @@ class ObjectBackend(Protocol):
 
     def check(self, key: str, sha256: str, size: int) -> str | None:
         """None when the stored object has ``size`` bytes and digest ``sha256``, else why not."""
+        ...
+
+    def read(self, key: str) -> bytes:
+        """The whole object (the service reads small metadata objects, never data)."""
         ...
 
 
@@ -189,6 +194,10 @@ class FileObjects:
             return f"object {key} has sha256 {got}, registered {sha256}"
         return None
 
+    def read(self, key: str) -> bytes:
+        with open(self.path_of(key), "rb") as f:
+            return f.read()
+
 
 class S3Objects:
     """An S3-compatible bucket, presigned with boto3 (SigV4, ``region=auto`` for R2).
@@ -269,9 +278,13 @@ class S3Objects:
             return f"object {k} has sha256 {got}, registered {sha256}"
         return None
 
+    def read(self, key: str) -> bytes:
+        body = self.client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"]
+        return bytes(body.read())
+
 
 def open_objects(url: str) -> FileObjects | S3Objects:
-    """Object backend for ``--objects``: ``file:///dir`` or ``s3://bucket/prefix?...``.
+    """The object backend a URL names: ``file:///dir`` or ``s3://bucket/prefix?...``.
 
     S3 query parameters: ``endpoint`` (the S3 API URL; omit for AWS), ``region``
     (default ``auto``, which R2 requires), ``addressing`` (``path`` or ``virtual``).
@@ -280,16 +293,16 @@ def open_objects(url: str) -> FileObjects | S3Objects:
     if parts.scheme == "file":
         root = parts.netloc + parts.path
         if not root:
-            raise CatalogRequestError(f"--objects {url!r} names no directory")
+            raise CatalogRequestError(f"object store URL {url!r} names no directory")
         return FileObjects(root)
     if parts.scheme == "s3":
         if not parts.netloc:
-            raise CatalogRequestError(f"--objects {url!r} names no bucket (s3://bucket?...)")
+            raise CatalogRequestError(f"object store URL {url!r} names no bucket (s3://bucket?...)")
         q = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         unknown = sorted(set(q) - {"endpoint", "region", "addressing"})
         if unknown:
             raise CatalogRequestError(
-                f"--objects {url!r}: unknown parameter(s) {', '.join(unknown)}; "
+                f"object store URL {url!r}: unknown parameter(s) {', '.join(unknown)}; "
                 "valid: endpoint, region, addressing"
             )
         return S3Objects(
@@ -297,5 +310,5 @@ def open_objects(url: str) -> FileObjects | S3Objects:
             region=q.get("region", "auto"), addressing_style=q.get("addressing"),
         )
     raise CatalogRequestError(
-        f"--objects {url!r} is not supported: use file:///dir or s3://bucket?endpoint=..."
+        f"object store URL {url!r} is not supported: use file:///dir or s3://bucket?endpoint=..."
     )

@@ -9,6 +9,9 @@ from urllib.parse import urlencode
 import pytest
 import requests
 
+from numbatraj.catalog import FileObjects, S3Objects
+from numbatraj.catalog.db import hash_key
+from numbatraj.catalog.objects import MAX_EXPIRY_S
 from numbatraj.errors import (
     CatalogAuthError,
     CatalogError,
@@ -17,11 +20,9 @@ from numbatraj.errors import (
     NumbatrajError,
 )
 from numbatraj.io.download import fetch
-from numbatraj.remote import FileObjects, RemoteCatalog, S3Objects
-from numbatraj.remote.db import hash_key
-from numbatraj.remote.objects import MAX_EXPIRY_S
-from tests.remote.conftest import Catalog
-from tests.remote.s3standin import ACCESS_KEY, SECRET_KEY, S3StandIn
+from numbatraj.remote import RemoteCatalog
+from tests.catalog.conftest import Catalog
+from tests.catalog.s3standin import ACCESS_KEY, SECRET_KEY, S3StandIn
 
 ROUTES = [
     ("GET", "/v1/datasets", None),
@@ -176,7 +177,7 @@ def test_s3_presign_expiry_is_capped(monkeypatch) -> None:
 
 
 def test_s3_refuses_tampered_and_wrong_digest(tmp_path: Path, store, monkeypatch) -> None:
-    from numbatraj.remote import CatalogService
+    from numbatraj.catalog import CatalogService
 
     path, _ = store
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
@@ -184,7 +185,7 @@ def test_s3_refuses_tampered_and_wrong_digest(tmp_path: Path, store, monkeypatch
     with S3StandIn("lab") as s3, CatalogService(
         f"sqlite:///{tmp_path}/c.db", f"s3://lab?endpoint={s3.endpoint}"
     ) as svc, RemoteCatalog(svc.url, svc.db.add_key("write")) as cat:
-        reg = cat._call("POST", "/v1/datasets", json={
+        reg = cat.request("POST", "/v1/datasets", json={
             "name": "walker", "version": "v1", "sha256": "ab" * 32,
             "bytes": path.stat().st_size,
         })
@@ -198,7 +199,7 @@ def test_s3_refuses_tampered_and_wrong_digest(tmp_path: Path, store, monkeypatch
                          headers=up["headers"], timeout=10)
         assert r.status_code == 403 and "SignatureDoesNotMatch" in r.text
         with pytest.raises(CatalogError, match="stays pending: no object"):
-            cat._call("POST", "/v1/datasets/walker/v1/complete")
+            cat.request("POST", "/v1/datasets/walker/v1/complete")
 
 
 def test_error_classes() -> None:
