@@ -45,7 +45,7 @@ CLI_NOT_YET_MOVED = {("remote/_cli.py", "numbatraj.catalog.db"),
                      ("importers/_cli_lerobot_write.py", "numbatraj.lerobot.write")}
 # The lazy alias numbatraj.importers.import_lerobot_v3, resolved from the public package on
 # first use (importers otherwise uses io and data only).
-ALIASES = {("importers/__init__.py", "numbatraj.lerobot")}
+ALIASES = {("importers/__init__.py", "numbatraj.lerobot.import_lerobot_v3")}
 # top-level modules any layer may use
 SHARED = {"errors", "_jit", "_cuda", "_checks", "_version"}
 
