@@ -26,6 +26,8 @@ ALLOWED = {
     "importers": {"io", "data"},
     "catalog": {"io", "lerobot"},
     "remote": {"io", "data", "lerobot", "catalog"},
+    # the command sits on top and may import anything; nothing below imports it
+    "cli": {"io", "data", "samplers", "replay", "lerobot", "importers", "catalog", "remote"},
 }
 # (layer, target) -> the only modules of target that layer may import: the service uses
 # LeRobot's layout and nothing else of it; the client uses the catalog's wire protocol only
@@ -33,16 +35,6 @@ ONLY = {
     ("catalog", "lerobot"): {"numbatraj.lerobot.schema"},
     ("remote", "catalog"): {"numbatraj.catalog.protocol"},
 }
-# Until the CLI step moves every command module into numbatraj/cli/ (which sits on top and
-# may import anything), `numbatraj catalog serve|add-key` lives in remote/_cli.py and opens
-# the service there, and `numbatraj import lerobot` / `numbatraj lerobot push|reject` live in
-# importers/_cli_lerobot*.py.  Delete these entries with that move.
-CLI_NOT_YET_MOVED = {("remote/_cli.py", "numbatraj.catalog.db"),
-                     ("remote/_cli.py", "numbatraj.catalog.service"),
-                     ("importers/_cli_lerobot.py", "numbatraj.lerobot.hub"),
-                     ("importers/_cli_lerobot.py", "numbatraj.lerobot.read"),
-                     ("importers/_cli_lerobot_write.py", "numbatraj.lerobot.hub"),
-                     ("importers/_cli_lerobot_write.py", "numbatraj.lerobot.write")}
 # The lazy alias numbatraj.importers.import_lerobot_v3, resolved from the public package on
 # first use (importers otherwise uses io and data only).
 ALIASES = {("importers/__init__.py", "numbatraj.lerobot.import_lerobot_v3")}
@@ -79,7 +71,7 @@ def _violations() -> list[str]:
                 target = parts[1] if len(parts) > 1 else "numbatraj"
                 only = ONLY.get((layer, target))
                 rel = path.relative_to(PKG).as_posix()
-                if (rel, mod) in CLI_NOT_YET_MOVED or (rel, mod) in ALIASES:
+                if (rel, mod) in ALIASES:
                     continue
                 if only is not None and target in allowed and not _within(mod, only):
                     bad.append(f"{path.relative_to(PKG.parent)}:{lineno} imports {mod} "
@@ -166,3 +158,158 @@ def test_top_level_exports_resolve_without_cuda():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[] False"
+
+
+# ------------------------------------------------------------------ the module graph
+# Every import counts, wherever it sits: inside functions and under `if TYPE_CHECKING:` too.
+# A circle is broken with a Protocol, a method or a moved function, never by hiding it.
+
+
+def _module_name(path: Path, root: Path) -> str:
+    rel = path.relative_to(root.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _resolve(mod: str, known: set[str]) -> str | None:
+    """The longest known module that ``mod`` names (``numbatraj.a.b.Name`` -> ``numbatraj.a.b``)."""
+    parts = mod.split(".")
+    while parts:
+        cand = ".".join(parts)
+        if cand in known:
+            return cand
+        parts.pop()
+    return None
+
+
+def _edges(root: Path) -> dict[str, list[tuple[int, str, str]]]:
+    """module -> [(line, imported module, imported name or '')] for imports of the package."""
+    files = {_module_name(p, root): p for p in root.rglob("*.py")}
+    known = set(files)
+    out: dict[str, list[tuple[int, str, str]]] = {}
+    for name, path in files.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        found: list[tuple[int, str, str]] = []
+        is_pkg = path.name == "__init__.py"
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = name.split(".")
+                    base = base if is_pkg else base[:-1]
+                    base = base[: len(base) - (node.level - 1)]
+                    mod = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    mod = node.module or ""
+                if mod != "numbatraj" and not mod.startswith("numbatraj."):
+                    continue
+                for a in node.names:
+                    sub = f"{mod}.{a.name}"
+                    if sub in known:  # `from numbatraj.x import submodule`
+                        found.append((node.lineno, sub, ""))
+                    else:
+                        target = _resolve(mod, known)
+                        if target is not None:
+                            found.append((node.lineno, target, a.name))
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name == "numbatraj" or a.name.startswith("numbatraj."):
+                        target = _resolve(a.name, known)
+                        if target is not None:
+                            found.append((node.lineno, target, ""))
+        out[name] = found
+    return out
+
+
+def _package_of(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else ""
+
+
+#: top-level private modules every package shares (they are the package's own plumbing)
+SHARED_PRIVATE = {"_jit", "_cuda", "_checks", "_version"}
+
+
+def _private_violations(root: Path) -> list[str]:
+    bad = []
+    for mod, found in _edges(root).items():
+        home = _package_of(mod)
+        for lineno, target, name in found:
+            there = _package_of(target)
+            private_name = name.startswith("_") and not name.startswith("__")
+            if there == home or (there in SHARED_PRIVATE and not private_name):
+                continue
+            private_mod = any(p.startswith("_") and not p.startswith("__")
+                              for p in target.split(".")[1:])
+            if private_mod or private_name:
+                what = f"{target}.{name}" if name else target
+                bad.append(f"{mod}:{lineno} imports {what} (private to {there or 'numbatraj'})")
+    return bad
+
+
+def _cycles(root: Path) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    graph = {m: sorted({t for _, t, _ in found if t != m}) for m, found in _edges(root).items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    sccs: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                sccs.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sccs
+
+
+def test_no_import_of_another_packages_private_names():
+    assert _private_violations(PKG) == []
+
+
+def test_no_import_cycles():
+    assert _cycles(PKG) == []
+
+
+def test_graph_checks_catch_violations(tmp_path):
+    fake = tmp_path / "numbatraj"
+    for d in ("a", "b"):
+        (fake / d).mkdir(parents=True)
+        (fake / d / "__init__.py").write_text("")
+    (fake / "__init__.py").write_text("")
+    (fake / "a" / "x.py").write_text(
+        "def f():\n    from numbatraj.b.y import g\n"  # inside a function: still counts
+    )
+    (fake / "b" / "y.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from numbatraj.a import x\n"
+        "from numbatraj.a._impl import helper\nfrom numbatraj.a.x import _hidden\n"
+    )
+    (fake / "a" / "_impl.py").write_text("")
+    assert _cycles(fake) == [["numbatraj.a.x", "numbatraj.b.y"]]
+    bad = _private_violations(fake)
+    assert any("numbatraj.a._impl" in v for v in bad), bad
+    assert any("numbatraj.a.x._hidden" in v for v in bad), bad
+    assert len(bad) == 2, bad

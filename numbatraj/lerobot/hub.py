@@ -60,6 +60,7 @@ from numbatraj.errors import (
     NumbatrajError,
 )
 from numbatraj.io.atomic import discard, is_temp_name, replace_dir, temp_path
+from numbatraj.io.dotenv import read_dotenv
 from numbatraj.io.parquet import read_parquet
 
 __all__ = [
@@ -224,23 +225,6 @@ class PushResult:
     files: int = 0
 
 
-def _dotenv_token(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            lines = fh.read().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        line = line.strip()
-        if line.startswith("export "):
-            line = line[len("export ") :].lstrip()
-        key, sep, value = line.partition("=")
-        if sep and key.strip() == "HF_TOKEN":
-            value = value.strip().strip("'\"")
-            return value or None
-    return None
-
-
 def resolve_token(token: str | None = None, root: str | None = None) -> str:
     """The Hub token: ``token``, ``HF_TOKEN``, a ``.env`` file, then the hf CLI's login."""
     if token:
@@ -248,7 +232,7 @@ def resolve_token(token: str | None = None, root: str | None = None) -> str:
     if os.environ.get("HF_TOKEN"):
         return os.environ["HF_TOKEN"]
     for where in [os.getcwd()] + ([root] if root else []):
-        found = _dotenv_token(os.path.join(where, ".env"))
+        found = read_dotenv(os.path.join(where, ".env")).get("HF_TOKEN")
         if found:
             return found
     from huggingface_hub import get_token

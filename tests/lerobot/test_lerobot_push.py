@@ -9,8 +9,8 @@ import shutil
 import numpy as np
 import pytest
 
+from numbatraj.cli.lerobot import register
 from numbatraj.errors import LeRobotFormatError
-from numbatraj.importers._cli_lerobot_write import register
 from numbatraj.io.atomic import is_temp_name
 from numbatraj.lerobot.hub import HubPushError, collect_files, push_lerobot_dataset
 from numbatraj.lerobot.write import LeRobotWriter

@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
+from numbatraj.cli import assets as _cli_assets
 from numbatraj.io.archive import COMPLETE_MARKER
-from numbatraj.remote import ENV_KEY, ENV_URL, _cli_assets
+from numbatraj.remote import ENV_KEY, ENV_URL
 from numbatraj.remote import assets as assets_mod
 from numbatraj.remote._assets_kv import parse_assets_kv
 from numbatraj.remote.assets import declared_packs, pack_status, pull_packs, where_packs

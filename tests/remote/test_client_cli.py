@@ -156,7 +156,7 @@ def test_serve_banner_masks_password(
     import argparse
 
     from numbatraj.catalog import service
-    from numbatraj.remote import _cli
+    from numbatraj.cli import catalog as _cli
 
     class FakeService:
         url = "http://127.0.0.1:1"

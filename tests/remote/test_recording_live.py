@@ -112,7 +112,7 @@ def test_watch_stops_cleanly_on_ctrl_c(tmp_path: Path, catalog: Catalog) -> None
     code = textwrap.dedent(f"""
         import argparse, sys
         sys.path.insert(0, {REPO!r})
-        from numbatraj.remote import _cli_dataset
+        from numbatraj.cli import dataset as _cli_dataset
         p = argparse.ArgumentParser()
         _cli_dataset.register(p.add_subparsers(dest="command"))
         a = p.parse_args(["dataset", "push", "--project", "lab", "--dataset", "quiet",

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 import requests
 
+from numbatraj.cli import dataset as _cli_dataset
 from numbatraj.errors import (
     CatalogAuthError,
     CatalogError,
@@ -23,7 +24,7 @@ from numbatraj.errors import (
     IntegrityError,
 )
 from numbatraj.io.hashing import sha256_file
-from numbatraj.remote import ENV_KEY, ENV_URL, _cli_dataset
+from numbatraj.remote import ENV_KEY, ENV_URL
 from numbatraj.remote._recording_scan import FileStat
 from numbatraj.remote.recording import (
     PassResult,

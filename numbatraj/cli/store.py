@@ -1,17 +1,14 @@
-"""The ``numbatraj`` command.  Thin: parses arguments and calls the library."""
+"""``numbatraj info|validate``: describe and check a store."""
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
-from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from numbatraj._version import __version__
-
-__all__ = ["main", "format_info"]
+__all__ = ["format_info", "register"]
 
 
 def _mib(n: float) -> str:
@@ -79,71 +76,12 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-# Modules that add their own commands: each defines ``register(subparsers)``.  A module that
-# does not exist yet is skipped; any other import error propagates.
-_COMMAND_MODULES = (
-    "numbatraj.importers._cli",
-    "numbatraj.remote._cli",
-    "numbatraj.importers._cli_lerobot_write",
-    "numbatraj.remote._cli_assets",
-    "numbatraj.remote._cli_dataset",
-)
-
-# Modules that add a ``numbatraj import <format>`` subcommand: ``register(import_subparsers)``.
-_IMPORT_MODULES = (
-    "numbatraj.importers._cli_lerobot",
-    "numbatraj.importers._cli_formats",
-)
-
-
-def _optional_module(name: str):  # type: ignore[no-untyped-def]
-    import importlib
-
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and name.startswith(exc.name):
-            return None
-        raise
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="numbatraj", description="Trajectory stores for RL and robot learning."
-    )
-    p.add_argument("--version", action="version", version=f"numbatraj {__version__}")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    info = sub.add_parser("info", help="describe a store: columns, rows, episodes, sizes")
+def register(subparsers: Any) -> None:
+    """Add the ``info`` and ``validate`` commands."""
+    info = subparsers.add_parser("info", help="describe a store: columns, rows, episodes, sizes")
     info.add_argument("path")
     info.set_defaults(func=_cmd_info)
 
-    val = sub.add_parser("validate", help="check a store; exit 1 listing every violation")
+    val = subparsers.add_parser("validate", help="check a store; exit 1 listing every violation")
     val.add_argument("path")
     val.set_defaults(func=_cmd_validate)
-
-    import_modules = [m for m in map(_optional_module, _IMPORT_MODULES) if m is not None]
-    if import_modules:
-        imp = sub.add_parser("import", help="convert a dataset from another format into a store")
-        imp_sub = imp.add_subparsers(dest="format", required=True, metavar="FORMAT")
-        for mod in import_modules:
-            mod.register(imp_sub)
-    for mod in map(_optional_module, _COMMAND_MODULES):
-        if mod is not None:
-            mod.register(sub)
-    return p
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from numbatraj.errors import NumbatrajError
-
-    args = build_parser().parse_args(argv)
-    try:
-        return int(args.func(args))
-    except (NumbatrajError, OSError) as exc:
-        print(f"numbatraj {args.command}: error: {exc}", file=sys.stderr)
-        return 1
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
