@@ -4,7 +4,9 @@
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV   := .venv
 PY     := $(VENV)/bin/python
-EXTRAS := test,lint,lerobot,remote,hub,importers,cuda,postgres
+EXTRAS := test,lint,lerobot,remote,hub,importers,cuda,postgres,torch
+# the CPU build of torch: what this machine installs without a multi-GB CUDA download
+TORCH_PIN := torch==2.13.0
 STAMP  := $(VENV)/.installed
 # mypy checks the public (non-underscore) modules of io/, data/ and samplers/
 PUBLIC_MODULES = $(filter-out %/__init__.py,$(shell ls numbatraj/io/*.py numbatraj/data/*.py numbatraj/samplers/*.py | grep -v '/_'))
@@ -21,6 +23,7 @@ venv: $(STAMP)
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$(TORCH_PIN)"
 	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
