@@ -217,9 +217,9 @@ def resolve_fields(
         if isinstance(columns, str):
             raise SchemaError(f"columns must be a sequence of names, got the string {columns!r}")
         keys = list(columns)
-        if not keys:
-            raise SchemaError("columns is empty; name at least one column")
     keys += [k for k in windows if k not in keys]
+    if not keys:
+        raise SchemaError("columns is empty and no deltas are given; name at least one column")
     norm = dict(normalize or {})
     for key, mode in norm.items():
         lookup("normalize", key)
