@@ -279,7 +279,7 @@ class BatchLoader:
         for key, (shape, dtype) in shapes.items():
             if key in given:
                 obj = given[key]
-                if not hasattr(obj, "__cuda_array_interface__"):
+                if not cuda.is_cuda_array(obj):
                     raise SchemaError(f"out[{key!r}] must be a CUDA array (device='cuda'), "
                                       f"got {type(obj).__name__}")
                 arr = cuda.as_cuda_array(obj)

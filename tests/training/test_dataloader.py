@@ -26,7 +26,9 @@ from numbatraj.training import TorchDataset, TorchIterableDataset  # noqa: E402
 
 @pytest.fixture(scope="module")
 def path(tmp_path_factory):
-    return make_store(tmp_path_factory.mktemp("dl") / "s.h5", (1, 2, 20, 17))
+    # 16x16 images: a worker's batch of 8 moves 12 KiB of frames, so workers run the
+    # parallel kernel too (a serial-only child would survive even GNU OpenMP)
+    return make_store(tmp_path_factory.mktemp("dl") / "s.h5", (1, 2, 20, 17), image_hw=(16, 16))
 
 
 def _parent_parallel_gather():
