@@ -279,10 +279,10 @@ class BatchLoader:
         for key, (shape, dtype) in shapes.items():
             if key in given:
                 obj = given[key]
-                if not cuda.is_cuda_array(obj):
+                if not (hasattr(obj, "__cuda_array_interface__") or hasattr(obj, "copy_to_host")):
                     raise SchemaError(f"out[{key!r}] must be a CUDA array (device='cuda'), "
                                       f"got {type(obj).__name__}")
-                arr = cuda.as_cuda_array(obj)
+                arr = obj if hasattr(obj, "copy_to_host") else cuda.as_cuda_array(obj)
                 if np.dtype(arr.dtype) != dtype or tuple(arr.shape) != tuple(shape):
                     raise SchemaError(f"out[{key!r}] is {np.dtype(arr.dtype).name} "
                                       f"{tuple(arr.shape)}, expected {dtype.name} {shape}")
