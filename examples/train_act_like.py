@@ -28,7 +28,8 @@ FPS = 10
 CHUNK = 16
 
 
-def make_store(path: str, episodes: int = 6, frames: int = 40, hw: tuple[int, int] = (24, 32)) -> str:
+def make_store(path: str, episodes: int = 6, frames: int = 40,
+               hw: tuple[int, int] = (24, 32)) -> str:
     """A store laid out like a LeRobot import (qpos, action, images of two cameras, fps),
     with per-column stats.  Stats are added with h5py until the writer takes them."""
     rng = np.random.default_rng(0)
@@ -38,7 +39,8 @@ def make_store(path: str, episodes: int = 6, frames: int = 40, hw: tuple[int, in
     with TrajectoryStoreWriter(path, cols, attrs=attrs, overwrite=True) as w:
         for _ in range(episodes):
             t = np.linspace(0, 1, frames, dtype=np.float32)[:, None]
-            qpos = np.sin(t * np.arange(1, 7, dtype=np.float32) * 3) + rng.normal(0, .01, (frames, 6))
+            qpos = np.sin(t * np.arange(1, 7, dtype=np.float32) * 3)
+            qpos = qpos + rng.normal(0, 0.01, (frames, 6))
             act = np.roll(qpos, -1, axis=0)
             img = rng.integers(0, 256, (frames, 2, 3, *hw), dtype=np.uint8)
             w.append_rows({"qpos": qpos.astype(np.float32), "action": act.astype(np.float32),
@@ -61,7 +63,8 @@ class TinyACT(nn.Module):
                                   nn.Linear(64, chunk * action_dim))
         self.chunk, self.action_dim = chunk, action_dim
 
-    def forward(self, state: torch.Tensor, front: torch.Tensor, wrist: torch.Tensor) -> torch.Tensor:
+    def forward(self, state: torch.Tensor, front: torch.Tensor,
+                wrist: torch.Tensor) -> torch.Tensor:
         feats = torch.cat([self.vision(front), self.vision(wrist), state], dim=1)
         return self.head(feats).view(-1, self.chunk, self.action_dim)
 

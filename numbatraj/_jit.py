@@ -43,10 +43,11 @@ def _preload_pip_tbb() -> bool:
 
 
 if os.environ.get("NUMBA_THREADING_LAYER"):
-    CONCURRENT_PARALLEL_OK = numba.config.THREADING_LAYER in ("tbb", "omp", "threadsafe", "safe")
+    _layer = str(getattr(numba.config, "THREADING_LAYER", ""))
+    CONCURRENT_PARALLEL_OK = _layer in ("tbb", "omp", "threadsafe", "safe")
 else:
     CONCURRENT_PARALLEL_OK = _preload_pip_tbb()
-    numba.config.THREADING_LAYER = "forksafe"
+    numba.config.THREADING_LAYER = "forksafe"  # type: ignore[attr-defined]
 
 #: Take this around a parallel kernel launch when :data:`CONCURRENT_PARALLEL_OK` is False.
 PARALLEL_LOCK = threading.Lock()

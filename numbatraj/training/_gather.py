@@ -110,25 +110,24 @@ class WindowGather:
 
     # ------------------------------------------------------------------ host
     def gather(self, cur: np.ndarray, out: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Fill ``out`` (numpy arrays of :meth:`shapes`) for current rows ``cur`` (int64 ``(B,)``)."""
+        """Fill ``out`` (numpy arrays of :meth:`shapes`) for current rows ``cur`` (int64 (B,))."""
         b = cur.shape[0]
         ep = out["episode_index"]
         out["index"][...] = cur
         rows_of: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
         for key in self._windows:
             d = np.asarray(key, np.int64)
-            rows = np.empty((b, d.shape[0]), np.int64)
+            win = np.empty((b, d.shape[0]), np.int64)
             pad = np.empty((b, d.shape[0]), np.bool_)
-            K.window_rows_cpu(cur, self.offsets, self.lengths, d, rows, pad, ep)
-            rows_of[key] = (rows, pad)
+            K.window_rows_cpu(cur, self.offsets, self.lengths, d, win, pad, ep)
+            rows_of[key] = (win, pad)
         if not self._windows:
             K.window_rows_cpu(cur, self.offsets, self.lengths, _ZERO,
                               np.empty((b, 1), np.int64), np.empty((b, 1), np.bool_), ep)
         for f, src in zip(self.fields, self._src, strict=True):
             dst = out[f.key]
-            if f.deltas is None:
-                rows = cur
-            else:
+            rows: np.ndarray = cur
+            if f.deltas is not None:
                 rows2, pad = rows_of[tuple(f.deltas.tolist())]
                 out[f"{f.key}_is_pad"][...] = pad
                 rows = rows2.reshape(-1)
@@ -161,7 +160,8 @@ class WindowGather:
                        for f in self.fields],
         }
 
-    def gather_device(self, cur: np.ndarray, out: dict[str, Any], stream: Any = 0) -> dict[str, Any]:
+    def gather_device(self, cur: np.ndarray, out: dict[str, Any],
+                      stream: Any = 0) -> dict[str, Any]:
         """Device twin of :meth:`gather`: ``out`` holds device arrays; ``cur`` is host int64."""
         from numbatraj._cuda import get_cuda
         from numbatraj.training import _batch_cuda as G

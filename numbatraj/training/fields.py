@@ -98,7 +98,8 @@ def _names_hint(store: TrajectoryStore, alias: Mapping[str, Any]) -> str:
 
 def _offsets(key: str, values: Any) -> np.ndarray:
     if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-        raise SchemaError(f"deltas[{key!r}] must be a sequence of int frame offsets, got {values!r}")
+        raise SchemaError(f"deltas[{key!r}] must be a sequence of int frame offsets, "
+                          f"got {values!r}")
     out = []
     for v in values:
         if isinstance(v, bool) or not isinstance(v, numbers.Integral):
@@ -156,16 +157,16 @@ def _norm_params(store: TrajectoryStore, key: str, column: str, mode: str,
     eps = np.float32(NORM_EPS)
     if mode == "mean_std":
         a = stats["mean"].astype(np.float32)
-        s = stats["std"].astype(np.float32) + eps
+        scale = stats["std"].astype(np.float32) + eps
         c, d = np.float32(1), np.float32(0)
     else:
         a = stats["min"].astype(np.float32)
-        s = (stats["max"].astype(np.float32) - a) + eps
+        scale = (stats["max"].astype(np.float32) - a) + eps
         c, d = np.float32(2), np.float32(-1)
     n = int(np.prod(row_shape, dtype=np.int64))
     return (
         np.ascontiguousarray(a.reshape(n)),
-        np.ascontiguousarray(s.reshape(n)),
+        np.ascontiguousarray(scale.reshape(n)),
         np.full(n, c, np.float32),
         np.full(n, d, np.float32),
     )

@@ -135,7 +135,9 @@ class BatchLoader:
                 raise DeviceUnavailableError("pin_memory=True needs a CUDA build of torch and a "
                                              "GPU; this torch has no CUDA")
         self._owns = not isinstance(store, TrajectoryStore)
-        self.store = TrajectoryStore(store) if self._owns else store  # type: ignore[arg-type]
+        self.store: TrajectoryStore = (
+            store if isinstance(store, TrajectoryStore) else TrajectoryStore(store)
+        )
         self.batch_size = int(batch_size)
         self.seed = int(seed)
         self.shuffle = bool(shuffle)
