@@ -4,7 +4,9 @@
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV   := .venv
 PY     := $(VENV)/bin/python
-EXTRAS := test,lint,lerobot,remote,hub,importers,cuda,postgres
+EXTRAS := test,lint,lerobot,remote,hub,importers,cuda,postgres,torch
+# the CPU build of torch: what this machine installs without a multi-GB CUDA download
+TORCH_PIN := torch==2.13.0
 STAMP  := $(VENV)/.installed
 # Numba's on-disk kernel cache, kept out of the source tree.  Numba does not notice when a
 # kernel's callee in another module changes, so the directory is keyed on a hash of the
@@ -19,6 +21,7 @@ venv: $(STAMP)
 $(STAMP): setup.cfg pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$(TORCH_PIN)"
 	$(PY) -m pip install --quiet -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 

@@ -221,3 +221,25 @@ def sample_ranges_ref(leaves: np.ndarray, ranges: list[tuple[int, int]], u: np.n
     rows = order[pos]
     w = (leaves[rows] / vals.min()) ** (-beta)
     return rows.astype(np.int64), w.astype(np.float32)
+
+
+def window_batch_ref(column: np.ndarray, lengths: np.ndarray, cur: np.ndarray,
+                     deltas: list[int] | None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """LeRobot's window rule, one item and one offset at a time.
+
+    For current row ``c`` in episode ``[s, e)``: each offset ``d`` reads row
+    ``max(s, min(e - 1, c + d))`` and is padded when ``c + d < s or c + d >= e``.  Returns
+    ``(values, pad, episode)``; ``values`` is ``column[cur]`` and ``pad`` None without deltas.
+    """
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1])).astype(np.int64)
+    episode = np.array([int(np.searchsorted(starts, c, side="right")) - 1 for c in cur],
+                       dtype=np.int64)
+    if deltas is None:
+        return column[np.asarray(cur, dtype=np.int64)], None, episode
+    vals = []
+    pads = []
+    for c, k in zip(cur, episode, strict=True):
+        s, e = int(starts[k]), int(starts[k] + lengths[k])
+        vals.append([column[max(s, min(e - 1, int(c) + d))] for d in deltas])
+        pads.append([(int(c) + d < s) or (int(c) + d >= e) for d in deltas])
+    return np.asarray(vals, dtype=column.dtype), np.asarray(pads, dtype=bool), episode

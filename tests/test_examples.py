@@ -29,6 +29,8 @@ SMALL_RUNS = {
     "import_robomimic.py": [],
     "record_synthetic.py": ["--workdir", "{tmp}", "--codec", "libx264"],
     "remote_roundtrip.py": ["--rows", "2000"],
+    "train_act_like.py": ["--steps", "8", "--workdir", "{tmp}"],
+    "train_diffusion_like.py": ["--steps", "8", "--workdir", "{tmp}"],
 }
 
 

@@ -11,10 +11,15 @@ import numpy as np
 
 from numbatraj.data.column import ColumnSpec
 from numbatraj.data.layout import inspect_layout
+from numbatraj.data.stats import STAT_NAMES, STATS_GROUP
 from numbatraj.errors import IntegrityError, RowIndexError, SchemaError
 from numbatraj.io.hdf5 import describe_compression, open_h5_read
 
 __all__ = ["TrajectoryStore"]
+
+
+def _reopen(path: str, chunk_cache_bytes: int) -> TrajectoryStore:
+    return TrajectoryStore(path, chunk_cache_bytes=chunk_cache_bytes)
 
 
 class TrajectoryStore:
@@ -40,10 +45,16 @@ class TrajectoryStore:
         The file has no episode index.
     IntegrityError
         The episode index, manifest and columns disagree; the message lists every problem.
+
+    Notes
+    -----
+    A store pickles by path: unpickling (in a DataLoader worker, say) reopens the file, so
+    the file must be readable at the same path there.
     """
 
     def __init__(self, path: str | os.PathLike[str], *, chunk_cache_bytes: int = 16 << 20) -> None:
         self.path = os.fspath(path)
+        self._chunk_cache_bytes = int(chunk_cache_bytes)
         f = open_h5_read(self.path, chunk_cache_bytes=chunk_cache_bytes)
         try:
             layout, problems = inspect_layout(f, repr(self.path))
@@ -88,6 +99,51 @@ class TrajectoryStore:
     def is_foreign(self) -> bool:
         """True when the file has no numbatraj manifest (its schema was recovered)."""
         return self._layout.foreign
+
+    @property
+    def fps(self) -> float | None:
+        """Frames per second the store was recorded at (manifest ``attr.fps``), or None.
+
+        The LeRobot import and writer record it; a store without it cannot convert
+        ``delta_timestamps`` into frame offsets.
+        """
+        raw = self._layout.manifest.get("attr.fps", "")
+        try:
+            fps = float(raw)
+        except ValueError:
+            return None
+        return fps if fps > 0 and np.isfinite(fps) else None
+
+    def stats(self, column: str) -> dict[str, np.ndarray]:
+        """Per-column statistics stored under ``stats/<column>/`` (see :mod:`numbatraj.data.stats`).
+
+        Returns
+        -------
+        dict
+            ``mean``, ``std``, ``min``, ``max``, ``q01``, ``q99`` (float64, the column's row
+            shape) and ``count`` (int64 scalar array), those present in the file.
+
+        Raises
+        ------
+        SchemaError
+            ``column`` is not a column, or the store records no statistics for it.
+        """
+        self.spec(column)
+        if self._f is None:
+            raise ValueError(f"store {self.path!r} is closed")
+        group = self._f.get(f"{STATS_GROUP}/{column}")
+        if not isinstance(group, h5py.Group) or not len(group):
+            raise SchemaError(
+                f"{self.path!r} records no statistics for column {column!r} (no "
+                f"'{STATS_GROUP}/{column}/' datasets); compute them with "
+                f"numbatraj.data.stats.compute_stats and write them with the store"
+            )
+        out: dict[str, np.ndarray] = {}
+        for name in STAT_NAMES:
+            ds = group.get(name)
+            if isinstance(ds, h5py.Dataset):
+                out[name] = np.asarray(ds[()])
+        return out
 
     @property
     def episode_lengths(self) -> np.ndarray:
@@ -183,6 +239,10 @@ class TrajectoryStore:
         return {name: self.read_range(name, start, stop) for name in self._layout.columns}
 
     # ------------------------------------------------------------------ lifecycle
+    def __reduce__(self) -> tuple[Any, tuple[str, int]]:
+        # by path: the HDF5 handle cannot cross a process boundary, the file name can
+        return (_reopen, (self.path, self._chunk_cache_bytes))
+
     def close(self) -> None:
         if self._f is not None:
             self._f.close()
