@@ -175,6 +175,15 @@ class RateLimiterState:
             return True
         return self.diff - b >= c.band[0]
 
+    def budget(self) -> float:
+        """Rows a sample could take now without waiting (``inf`` without a ratio)."""
+        c = self.config
+        if self.size < max(c.min_size_to_sample, 1 if c.enabled else 0):
+            return 0.0
+        if c.samples_per_insert is None:
+            return math.inf
+        return max(0.0, math.floor(self.diff - c.band[0]))
+
     def _wait(self, ready: Any, timeout: float | None, what: str) -> float:
         if ready():
             return 0.0

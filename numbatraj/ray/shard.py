@@ -105,10 +105,11 @@ class ReplayShard:
             return float(self._replay.sampler.tree.total)
         return float(self._replay.n_rows)
 
-    def weight(self) -> tuple[int, float]:
-        """``(size, weight)`` now (see :meth:`add`)."""
+    def weight(self) -> tuple[int, float, float]:
+        """``(size, weight, budget)`` now: rows held, sampling weight (see :meth:`add`) and
+        the rows the rate limiter would let a sample take without waiting (inf when off)."""
         with self._lock:
-            return self._replay.n_rows, self._weight()
+            return self._replay.n_rows, self._weight(), self._limiter.budget()
 
     def sample(self, batch_size: int, timeout: float | None = None) -> ShardSample:
         """Draw ``batch_size`` rows after the rate limiter lets them through."""

@@ -7,6 +7,15 @@ leaves`` over the union of the shards, exactly as in one buffer holding every ro
 IS weights are computed here over the union: ``w_i = (N P(i)) ** -beta / max_j w_j =
 (leaf_i / min_j leaf_j) ** -beta``, the smallest leaf taken over every shard.
 
+With a rate limiter on, the rows go to the shards whose limiter admits them now, in
+proportion to their weights among those and never more than a shard admits (the excess is
+drawn again over the others); rows no shard admits are drawn in further rounds, every
+``_POLL_S`` seconds, as inserts let them through (the sample blocks; a timeout raises
+:class:`RateLimitTimeoutError`).  A shard whose writer lags is passed over rather than
+stalling the learner, and every shard's samples-per-insert stays in its band.  While a
+limiter holds some shards back, ``P(i)`` is over the others.  Without a limiter every budget
+is infinite and the draw is one exactly proportional round.
+
 Row ``r`` of shard ``k`` is the global index ``k * capacity + r`` in the returned
 :class:`~numbatraj.data.IndexBatch`; rows come grouped by shard, in shard order.
 """
@@ -31,7 +40,7 @@ from numbatraj.ray.shard import ReplayShard, ShardSample
 
 __all__ = ["ShardedReplay"]
 
-_POLL_S = 0.005  # while every shard is empty and a limiter is on, re-read weights this often
+_POLL_S = 0.002  # while no shard's limiter admits the rows left, re-read budgets this often
 
 
 def _get(refs: Any, timeout: float | None = None) -> Any:
@@ -66,27 +75,55 @@ def _combine(parts: Sequence[tuple[int, ShardSample]], capacity: int,
     return data, IndexBatch(idx, weights=w.astype(np.float32), stamps=stamps)
 
 
+def _allocate(b: int, weight: np.ndarray, budget: np.ndarray,
+              rng: np.random.Generator) -> np.ndarray:
+    """Rows per shard: multinomial in ``weight`` over the shards with budget left, each
+    capped at its ``budget`` (rows its limiter admits now), the excess drawn again over the
+    others.  The counts may sum to less than ``b`` (no budget left anywhere)."""
+    counts = np.zeros(weight.shape[0], dtype=np.int64)
+    left = b
+    active = (weight > 0) & (budget >= 1)
+    while left > 0 and active.any():
+        p = weight * active
+        c = np.minimum(rng.multinomial(left, p / p.sum()), budget - counts).astype(np.int64)
+        counts += c
+        left -= int(c.sum())
+        active &= budget - counts >= 1
+    return counts
+
+
 def _draw(shards: Sequence[Any], batch_size: int, rng: np.random.Generator, capacity: int,
           prioritized: bool, limited: bool,
           timeout: float | None) -> tuple[dict[str, np.ndarray], IndexBatch]:
-    """Weights, then the per-shard samples, then one batch (see the module docstring)."""
+    """Rounds of (weights and budgets, then per-shard samples) until ``batch_size`` rows
+    are drawn; then one batch (see the module docstring)."""
     t0 = time.monotonic()
+    parts: list[tuple[int, ShardSample]] = []
+    left = batch_size
     while True:
         sw = _get([s.weight.remote() for s in shards])
         w = np.array([x[1] for x in sw], dtype=np.float64)
-        if w.sum() > 0:
-            break
-        if not limited:
+        if w.sum() == 0 and not limited:
             raise SamplerError("cannot sample: every shard is empty; add() rows first")
+        counts = _allocate(left, w, np.array([x[2] for x in sw], dtype=np.float64), rng)
+        if counts.sum():
+            wait = None if timeout is None else max(0.0, timeout - (time.monotonic() - t0))
+            refs = [(k, shards[k].sample.remote(int(c), wait))
+                    for k, c in enumerate(counts) if c]
+            got = _get([r for _, r in refs])
+            parts.extend((k, g) for (k, _), g in zip(refs, got))
+            left -= int(counts.sum())
+        if left == 0:
+            break
         if timeout is not None and time.monotonic() - t0 > timeout:
-            raise RateLimitTimeoutError(f"a sample of {batch_size} rows waited {timeout:g} s "
-                                        f"and every shard stayed empty")
+            raise RateLimitTimeoutError(
+                f"a sample of {batch_size} rows waited {timeout:g} s for the shards' rate "
+                f"limiters and got {batch_size - left} rows (rows held per shard "
+                f"{[x[0] for x in sw]}, rows each admits {[x[2] for x in sw]})"
+            )
         time.sleep(_POLL_S)
-    counts = rng.multinomial(batch_size, w / w.sum())
-    left = None if timeout is None else max(0.0, timeout - (time.monotonic() - t0))
-    refs = [(k, shards[k].sample.remote(int(c), left)) for k, c in enumerate(counts) if c]
-    got = _get([r for _, r in refs])
-    return _combine([(k, g) for (k, _), g in zip(refs, got)], capacity, prioritized)
+    parts.sort(key=lambda kp: kp[0])
+    return _combine(parts, capacity, prioritized)
 
 
 _draw_task: Any = None
