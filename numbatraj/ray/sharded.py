@@ -191,7 +191,7 @@ class ShardedReplay:
         self._setup(shards, int(capacity), bool(prioritized), int(seed), limiter)
         self._config = {"columns": cols, "replay_kwargs": dict(replay_kwargs),
                         "max_concurrency": max_concurrency}
-        _get([s.ping.remote() for s in shards])  # constructor errors surface here
+        _get([s.ping.remote() for s in shards])  # type: ignore[attr-defined]  # ctor errors
 
     def _setup(self, shards: list[Any], capacity: int, prioritized: bool, seed: int,
                limiter: RateLimiter) -> None:
@@ -362,7 +362,7 @@ class ShardedReplay:
         self._setup(shards, int(meta["capacity"]), bool(meta["prioritized"]),
                     int(meta["seed"]), limiter)
         self._config = {"max_concurrency": max_concurrency}
-        _get([s.ping.remote() for s in shards])
+        _get([s.ping.remote() for s in shards])  # type: ignore[attr-defined]
         return self
 
     def shutdown(self) -> None:

@@ -297,9 +297,9 @@ class RemoteStore:
             offsets = np.where(base < 0, -1, base + k * c * spec.row_bytes)
             return _Column(spec, c, offsets.astype(np.int64), rows * spec.row_bytes, False)
         if tuple(ds.chunks[1:]) != tuple(spec.shape):
+            whole = ("n", *map(str, spec.shape))
             raise SchemaError(f"{self.url}: column {name!r} is chunked {ds.chunks}; "
-                              f"RemoteStore reads chunks of whole rows ({'(n, ' if spec.shape else '(n'}"
-                              f"{', '.join(map(str, spec.shape))})")
+                              f"RemoteStore reads chunks of whole rows ({', '.join(whole)})")
         c = int(ds.chunks[0])
         n_chunks = -(-n_rows // c)
         offsets = np.full(n_chunks, -1, dtype=np.int64)
@@ -476,7 +476,7 @@ class RemoteStore:
     def _fill(self, out: dict[str, np.ndarray], start: int, stop: int) -> None:
         if stop <= start:
             return
-        wanted = []
+        wanted: list[tuple[str, int]] = []
         for n in out:
             c = self._cols[n].chunk_rows
             wanted.extend((n, k) for k in range(start // c, (stop - 1) // c + 1))

@@ -81,7 +81,9 @@ class EpisodePoolSampler:
         self._p = _check_int("pool_windows", pool_windows, 1)
         self._seed = _check_int("seed", seed, 0)
         if columns is None:
-            columns = list(getattr(source, "columns"))
+            if not hasattr(source, "columns"):
+                raise SamplerError(f"{type(source).__name__} has no columns: pass columns=")
+            columns = list(source.columns)
         self._names = [str(c) for c in columns]
         if not self._names:
             raise SamplerError("columns is empty: name at least one column to read")

@@ -17,7 +17,7 @@ from numbatraj.data.column import ColumnSpec  # noqa: E402
 from numbatraj.errors import RateLimitTimeoutError, SchemaError  # noqa: E402
 from numbatraj.ray import RateLimiter, ReplayShard, ShardedReplay  # noqa: E402
 from numbatraj.samplers import PrioritizedSampler  # noqa: E402
-from tests.ray.ray_helpers import Writer, check_rows
+from tests.ray.ray_helpers import Writer, check_rows  # noqa: E402
 from tests.ray.ray_helpers import batch as rows_of  # noqa: E402
 
 ROOT = str(Path(__file__).resolve().parents[2])
