@@ -30,6 +30,7 @@ __all__ = [
     "DatasetNotFoundError",
     "HubPushError",
     "UnsupportedCodecError",
+    "RateLimitTimeoutError",
 ]
 
 
@@ -127,3 +128,8 @@ class HubPushError(NumbatrajError, OSError):
 
 class UnsupportedCodecError(NumbatrajError, ValueError):
     """A video codec this PyAV build cannot encode; the message lists those it can."""
+
+
+class RateLimitTimeoutError(NumbatrajError, TimeoutError):
+    """A replay insert or sample waited longer than its timeout for the rate limiter to let
+    it through (writers ran ahead of the learner, or the learner ahead of the writers)."""

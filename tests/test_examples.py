@@ -19,6 +19,7 @@ EXAMPLES = ROOT / "examples"
 SMALL_RUNS = {
     "demo.py": ["--small", "--out", "{tmp}"],
     "replay_sac_like.py": ["--steps", "1000", "--out", "{tmp}"],
+    "ray_apex_like.py": ["--rows", "10000"],
     "assets_preflight.py": [],
     "import_d4rl.py": [],
     "import_diffusion_policy.py": [],
