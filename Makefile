@@ -4,7 +4,7 @@
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV   := .venv
 PY     := $(VENV)/bin/python
-EXTRAS := test,lint,lerobot,remote,hub,importers,cuda,postgres,torch
+EXTRAS := test,lint,lerobot,remote,hub,importers,cuda,postgres,torch,ray
 # the CPU build of torch: what this machine installs without a multi-GB CUDA download
 TORCH_PIN := torch==2.13.0
 STAMP  := $(VENV)/.installed

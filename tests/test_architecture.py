@@ -27,9 +27,10 @@ ALLOWED = {
     "catalog": {"io", "lerobot"},
     "remote": {"io", "data", "lerobot", "catalog"},
     "training": {"io", "data", "samplers", "replay"},
+    "ray": {"io", "data", "samplers", "replay"},
     # the command sits on top and may import anything; nothing below imports it
-    "cli": {"io", "data", "samplers", "replay", "training", "lerobot", "importers", "catalog",
-            "remote"},
+    "cli": {"io", "data", "samplers", "replay", "training", "ray", "lerobot", "importers",
+            "catalog", "remote"},
 }
 # (layer, target) -> the only modules of target that layer may import: the service uses
 # LeRobot's layout and nothing else of it; the client uses the catalog's wire protocol only

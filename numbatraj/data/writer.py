@@ -20,6 +20,9 @@ from numbatraj.io.hdf5 import compression_kwargs, ensure_filter_plugins
 
 __all__ = ["TrajectoryStoreWriter", "default_chunk_rows", "CHUNK_TARGET_BYTES"]
 
+#: HDF5 metadata aggregation block (``meta_block_size``): see TrajectoryStoreWriter.__init__.
+META_BLOCK_BYTES = 1 << 20
+
 #: Target bytes per HDF5 chunk (see docs/store.md, "Chunking", for the measurements).
 CHUNK_TARGET_BYTES = 256 << 10
 
@@ -117,7 +120,12 @@ class TrajectoryStoreWriter:
         self._sync_fd = -1
         self.tmp_path = temp_path(self.path)
         ensure_filter_plugins()
-        self._file: h5py.File | None = h5py.File(self.tmp_path, "w")
+        # metadata aggregated in 1 MiB blocks: the object headers and chunk indexes sit in a
+        # few contiguous regions at the front, so a store behind HTTP Range opens in <= 3
+        # requests (numbatraj.remote.store; measured in docs/scale.md), for 0.3 % of size
+        self._file: h5py.File | None = h5py.File(
+            self.tmp_path, "w", meta_block_size=META_BLOCK_BYTES
+        )
         self._ds: dict[str, h5py.Dataset] = {}
         try:
             if self._sync_every:

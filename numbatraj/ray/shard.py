@@ -20,6 +20,7 @@ from numbatraj.data.column import ColumnSpec
 from numbatraj.errors import SamplerError
 from numbatraj.ray.rate_limiter import RateLimiter, RateLimiterState
 from numbatraj.replay import StoreReplay
+from numbatraj.samplers import PrioritizedSampler
 
 __all__ = ["ReplayShard", "ShardSample"]
 
@@ -91,18 +92,24 @@ class ReplayShard:
         """New priorities for physical ``rows`` sampled with ``stamps`` (stale ones skipped,
         as ``StoreReplay.update_priorities``).  Returns how many were skipped."""
         with self._lock:
-            return int(self._replay.sampler.update_priorities(rows, priorities, stamps))
+            return int(self._per().update_priorities(rows, priorities, stamps))
 
     def set_beta(self, beta: float) -> None:
         with self._lock:
             self._replay.beta = beta
 
     # ------------------------------------------------------------------ reads
+    def _per(self) -> PrioritizedSampler:
+        sampler = self._replay.sampler
+        if not isinstance(sampler, PrioritizedSampler):
+            raise SamplerError("priorities need a prioritized shard (prioritized=True)")
+        return sampler
+
     def _weight(self) -> float:
         if self._replay.n_rows == 0:
             return 0.0
         if self._replay.prioritized:
-            return float(self._replay.sampler.tree.total)
+            return float(self._per().tree.total)
         return float(self._replay.n_rows)
 
     def weight(self) -> tuple[int, float, float]:
@@ -120,7 +127,7 @@ class ReplayShard:
             self._limiter.sampled_rows(b)
             if not self._replay.prioritized:
                 return data, batch.indices, None, None, 0.0, 0.0
-            tree = self._replay.sampler.tree
+            tree = self._per().tree
             leaves = tree.leaves[batch.indices]
             return data, batch.indices, batch.stamps, leaves, tree.min, self._replay.beta
 
@@ -135,7 +142,7 @@ class ReplayShard:
         with self._lock:
             if not self._replay.prioritized:
                 raise SamplerError("probabilities need a prioritized shard (prioritized=True)")
-            return np.array(self._replay.sampler.tree.leaves)
+            return np.array(self._per().tree.leaves)
 
     def stats(self) -> dict[str, Any]:
         """Size, capacity, rows ever added, sampling weight, and the limiter's counters

@@ -5,22 +5,16 @@ from __future__ import annotations
 
 import re
 import threading
-import types
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-import h5py
 import numpy as np
 import pytest
 
-import numbatraj.data.writer as writer_module
 from numbatraj import ColumnSpec, TrajectoryStore, TrajectoryStoreWriter, WindowedColumn
 from numbatraj.errors import DownloadError, RowIndexError, SchemaError
 from numbatraj.remote.store import RemoteStore
 from numbatraj.samplers.episode_pool import EpisodePoolSampler
-
-#: the h5py.File keywords the writer needs for metadata at the front (docs/scale.md)
-FRONT_METADATA = {"meta_block_size": 1 << 20}
 
 COLS = [
     ColumnSpec("obs", np.float32, (17,)),
@@ -96,28 +90,21 @@ class RangeServer:
         self.httpd.server_close()
 
 
-def _write(path, rng, n_eps=60, front=True, **kw):
-    """A store written by TrajectoryStoreWriter, appends of a few hundred rows; with
-    ``front`` the h5py.File keywords FRONT_METADATA are passed to the writer's file."""
-    shim = types.SimpleNamespace(File=lambda *a, **k: h5py.File(*a, **{**k, **FRONT_METADATA}))
+def _write(path, rng, n_eps=60, **kw):
+    """A store written by TrajectoryStoreWriter (whose metadata sits at the front of the
+    file, META_BLOCK_BYTES), appends of a few hundred rows."""
     expected = {c.name: [] for c in COLS}
-    orig = writer_module.h5py
-    if front:
-        writer_module.h5py = shim  # type: ignore[assignment]
-    try:
-        with TrajectoryStoreWriter(path, COLS, **kw) as w:
-            for _ in range(n_eps):
-                n = int(rng.integers(50, 600))
-                rows = {c.name: (rng.standard_normal((n, *c.shape)).astype(c.dtype)
-                                 if c.dtype.kind == "f" else
-                                 rng.integers(0, 255, (n, *c.shape), dtype=c.dtype))
-                        for c in COLS}
-                w.append_rows(rows)
-                w.end_episode()
-                for k, v in rows.items():
-                    expected[k].append(v)
-    finally:
-        writer_module.h5py = orig
+    with TrajectoryStoreWriter(path, COLS, **kw) as w:
+        for _ in range(n_eps):
+            n = int(rng.integers(50, 600))
+            rows = {c.name: (rng.standard_normal((n, *c.shape)).astype(c.dtype)
+                             if c.dtype.kind == "f" else
+                             rng.integers(0, 255, (n, *c.shape), dtype=c.dtype))
+                    for c in COLS}
+            w.append_rows(rows)
+            w.end_episode()
+            for k, v in rows.items():
+                expected[k].append(v)
     return {k: np.concatenate(v) for k, v in expected.items()}
 
 
@@ -235,20 +222,5 @@ def test_compressed_columns_are_decoded(tmp_path, rng):
             for name in ("obs", "act"):
                 np.testing.assert_array_equal(rs.read_range(name, 10, 1400),
                                               local.read_range(name, 10, 1400))
-    finally:
-        srv.close()
-
-
-def test_the_writer_today_needs_many_requests_to_open(tmp_path, rng):
-    """Documents why FRONT_METADATA is recommended: without it the chunk index is spread
-    through the file and every B-tree node is a request (bounded, but not 3)."""
-    path = tmp_path / "plain.h5"
-    _write(path, rng, front=False, chunk_rows={"obs": 64, "action": 64, "reward": 64,
-                                               "pixels": 16})
-    srv = RangeServer(path)
-    try:
-        with RemoteStore(srv.url(), head_bytes=256 << 10) as rs:
-            assert rs.open_requests > 3
-            assert rs.read_range("reward", 0, 10).shape == (10,)
     finally:
         srv.close()
