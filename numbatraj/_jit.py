@@ -42,11 +42,12 @@ def device_twin(fn: Callable[..., Any], **names: Any) -> Callable[..., Any]:
 PARALLEL_MIN_BYTES = 4 << 20
 
 _explicit: int | None = None  # the n of the last set_num_threads(n), None until called
-_idle_cache = [0.0, 0]  # [monotonic time of the last /proc/loadavg read, idle cores then]
+#: [monotonic time of the last /proc/loadavg read, idle cores then]
+_idle_cache: list[float] = [0.0, 0.0]
 _IDLE_TTL_S = 0.02
 
 
-def set_num_threads(n: int) -> None:
+def set_num_threads(n: int | None) -> None:
     """Threads numbatraj's host kernels may use (and ``numba.set_num_threads(n)``).
 
     ``n == 1``: every kernel runs on the calling thread.  ``n > 1``: batches of at least
@@ -60,12 +61,16 @@ def set_num_threads(n: int) -> None:
     ValueError
         ``n`` is not an integer in ``[1, NUMBA_NUM_THREADS]``.
     """
-    top = int(numba.config.NUMBA_NUM_THREADS)
+    global _explicit
+    top = int(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
+    if n is None:
+        numba.set_num_threads(top)
+        _explicit = None
+        return
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= top:
         raise ValueError(
             f"set_num_threads: n = {n!r}, expected an int in [1, {top}] (NUMBA_NUM_THREADS)"
         )
-    global _explicit
     numba.set_num_threads(n)
     _explicit = n
 
@@ -78,7 +83,7 @@ def _idle_cores() -> int:
     """
     now = time.monotonic()
     if now - _idle_cache[0] < _IDLE_TTL_S:
-        return _idle_cache[1]
+        return int(_idle_cache[1])
     try:
         with open("/proc/loadavg", "rb") as f:
             running = int(f.read().split()[3].split(b"/")[0])

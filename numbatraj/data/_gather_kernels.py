@@ -22,6 +22,8 @@ never allocate and never raise.  They compile lazily on first call with ``cache=
 
 from __future__ import annotations
 
+from typing import Any
+
 from llvmlite import ir
 from numba import prange, types
 from numba.core import cgutils
@@ -51,8 +53,7 @@ def _row_pointer(builder, ary, row):  # type: ignore[no-untyped-def]
     return builder.gep(builder.bitcast(ary.data, _I8P), [builder.mul(row, stride)]), stride
 
 
-@intrinsic
-def _prefetch_row(typingctx, arr, row):  # type: ignore[no-untyped-def]
+def _prefetch_row_typer(typingctx, arr, row):  # type: ignore[no-untyped-def]
     """Prefetch (read, keep in all levels) the first and last byte of ``arr[row, :]``."""
     sig = types.void(arr, types.intp)
 
@@ -69,8 +70,10 @@ def _prefetch_row(typingctx, arr, row):  # type: ignore[no-untyped-def]
     return sig, codegen
 
 
-@intrinsic
-def _copy_row(typingctx, dst, i, src, r):  # type: ignore[no-untyped-def]
+_prefetch_row: Any = intrinsic(_prefetch_row_typer)
+
+
+def _copy_row_typer(typingctx, dst, i, src, r):  # type: ignore[no-untyped-def]
     """``dst[i, :] = src[r, :]`` as one ``llvm.memcpy`` of a row (both 2-D C-contiguous, the
     same row length)."""
     sig = types.void(dst, types.intp, src, types.intp)
@@ -84,6 +87,9 @@ def _copy_row(typingctx, dst, i, src, r):  # type: ignore[no-untyped-def]
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+_copy_row: Any = intrinsic(_copy_row_typer)
 
 
 @njit_kernel

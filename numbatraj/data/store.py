@@ -141,7 +141,7 @@ class TrajectoryStore:
         if hit is not None and self._f is not None:
             return hit
         ds = self._dataset(name)
-        raw = raw_row_chunks(ds, self.spec(name).dtype) if self._f.driver == "sec2" else None
+        raw = raw_row_chunks(ds, self.spec(name).dtype) if ds.file.driver == "sec2" else None
         cache[name] = (ds, raw)
         return ds, raw
 

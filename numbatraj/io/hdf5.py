@@ -132,7 +132,7 @@ class RawRowChunks:
         bytes) by ``os.preadv`` on ``fd``; raises ``OSError`` on a short file."""
         if stop <= start:
             return
-        dst = memoryview(out.reshape(-1).view(np.uint8))
+        dst = out.reshape(-1).view(np.uint8).data
         rb, cr, offs = self.row_bytes, self.chunk_rows, self.offsets
         chunk_bytes = cr * rb
         k = start // cr

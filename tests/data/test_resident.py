@@ -372,3 +372,35 @@ def test_device_request_without_a_device_raises_clearly():
     with pytest.raises(DeviceUnavailableError):
         col.gather_device(np.array([0]))
     assert not col.on_device
+
+
+def test_set_num_threads_policy(monkeypatch):
+    import numbatraj
+    import numbatraj._jit as J
+
+    top = numba.config.NUMBA_NUM_THREADS
+    for bad in (0, top + 1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match=r"expected an int in \[1, "):
+            numbatraj.set_num_threads(bad)
+    try:
+        numbatraj.set_num_threads(1)
+        assert numba.get_num_threads() == 1 and J.parallel_threads(1 << 40) == 1
+        numbatraj.set_num_threads(top)
+        assert J.parallel_threads(J.PARALLEL_MIN_BYTES - 1) == 1
+        assert J.parallel_threads(J.PARALLEL_MIN_BYTES) == top  # explicit: whatever the load
+        numbatraj.set_num_threads(None)
+        assert J._explicit is None and numba.get_num_threads() == top
+        monkeypatch.setattr(J, "_idle_cores", lambda: 0)  # a busy machine: serial
+        assert J.parallel_threads(1 << 40) == 1
+        monkeypatch.setattr(J, "_idle_cores", lambda: 64)
+        assert J.parallel_threads(1 << 40) == (top if top > 1 else 1)
+    finally:
+        numbatraj.set_num_threads(None)
+
+
+def test_idle_cores_reads_the_runnable_count():
+    import numbatraj._jit as J
+
+    J._idle_cache[0] = 0.0
+    idle = J._idle_cores()
+    assert 0 <= idle <= len(os.sched_getaffinity(0))
