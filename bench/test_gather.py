@@ -217,7 +217,8 @@ def _write_growth() -> None:
                         panel.setdefault(f"{who} / np.take, {load}", []).append(
                             (cap, m[k] / m[f"{work}: np.take"]))
     lines += ["", "| capacity, load | " + " | ".join(
-        k for k in next(iter(_GROWTH.values()))["caps"][GROWTH_CAPS[0]] if k != "note") + " | load |"]
+        k for k in next(iter(_GROWTH.values()))["caps"][GROWTH_CAPS[0]] if k != "note") + " | load |",
+              "|---" * 10 + "|"]
     for load, r in _GROWTH.items():
         for cap, m in r["caps"].items():
             lines.append(f"| {cap}, {load} | " + " | ".join(
