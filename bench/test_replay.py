@@ -187,3 +187,128 @@ def test_per_numbatraj(benchmark, ratios):
     run()
     benchmark(run)
     ratios.record(G_PER, "StoreReplay(prioritized=True)", benchmark, items=BATCH)
+
+
+# ---------------------------------------------------------------------- pixel replay
+# 3x84x84 uint8 obs and next_obs (Atari-shaped) plus action/reward/done.  Capacity
+# 20,000 rows x NUMBATRAJ_BENCH_SCALE (847 MB per buffer: far beyond every cache, and small
+# enough for a shared machine).  Baselines in the same run: cpprb, and two plain
+# ``np.take(..., out=)`` gathers of the same rows (the floor a replay can reach).
+PIX = (3, 84, 84)
+PIX_CAP = max(2_000, int(20_000 * bench_scale()))
+PIX_BATCH, PIX_CHUNK = 256, 1000
+PIX_ROW = 2 * int(np.prod(PIX))
+G_PIX = "pixel replay sample(256) 3x84x84 uint8, vs cpprb"
+G_PIX_TAKE = "pixel replay sample(256) 3x84x84 uint8, vs two np.take gathers"
+G_PIX_ADD = "pixel replay add 1,000 rows 3x84x84 uint8, vs a numpy slice copy"
+
+
+def _pix_columns() -> list[ColumnSpec]:
+    return [ColumnSpec("obs", np.uint8, PIX), ColumnSpec("action", np.float32, (ACT,)),
+            ColumnSpec("reward", np.float32, ()), ColumnSpec("next_obs", np.uint8, PIX),
+            ColumnSpec("done", np.bool_, ())]
+
+
+def _pix_batch(n: int, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {"obs": rng.integers(0, 256, (n, *PIX), dtype=np.uint8),
+            "action": rng.standard_normal((n, ACT), dtype=np.float32),
+            "reward": rng.standard_normal(n, dtype=np.float32),
+            "next_obs": rng.integers(0, 256, (n, *PIX), dtype=np.uint8),
+            "done": rng.random(n) < 0.01}
+
+
+def _pix_cpprb():  # type: ignore[no-untyped-def]
+    return cpprb.ReplayBuffer(PIX_CAP, {
+        "obs": {"shape": PIX, "dtype": np.uint8}, "act": {"shape": ACT}, "rew": {},
+        "next_obs": {"shape": PIX, "dtype": np.uint8}, "done": {}})
+
+
+def _pix_fill(add) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+    b = _pix_batch(PIX_CHUNK)
+    for _ in range(-(-PIX_CAP // PIX_CHUNK)):
+        add(b)
+    return b
+
+
+def test_pix_sample_cpprb(benchmark, ratios):
+    rb = _pix_cpprb()
+    _pix_fill(lambda b: rb.add(**_cp_rows(b)))
+    rb.sample(PIX_BATCH)
+    benchmark(lambda: rb.sample(PIX_BATCH))
+    ratios.record(G_PIX, "cpprb ReplayBuffer.sample", benchmark, baseline=True, items=PIX_BATCH)
+
+
+def test_pix_sample_two_takes(benchmark, ratios):
+    obs = np.ones((PIX_CAP, *PIX), np.uint8)  # ones: the pages are touched, as in a replay
+    nxt = np.ones((PIX_CAP, *PIX), np.uint8)
+    o1, o2 = np.empty((PIX_BATCH, *PIX), np.uint8), np.empty((PIX_BATCH, *PIX), np.uint8)
+    rng = np.random.default_rng(2)
+
+    def run():
+        i = rng.integers(0, PIX_CAP, PIX_BATCH)
+        np.take(obs, i, axis=0, out=o1)
+        np.take(nxt, i, axis=0, out=o2)
+
+    run()
+    benchmark(run)
+    ratios.record(G_PIX, "two np.take(out=) gathers", benchmark, items=PIX_BATCH)
+    ratios.record(G_PIX_TAKE, "two np.take(out=) gathers", benchmark, baseline=True,
+                  items=PIX_BATCH)
+
+
+def _pix_replay() -> StoreReplay:
+    rep = StoreReplay(_pix_columns(), PIX_CAP)
+    _pix_fill(lambda b: rep.add(**b))
+    return rep
+
+
+def test_pix_sample_numbatraj(benchmark, ratios):
+    rep = _pix_replay()
+    rep.sample(PIX_BATCH)
+    benchmark(lambda: rep.sample(PIX_BATCH))
+    for g in (G_PIX, G_PIX_TAKE):
+        ratios.record(g, "StoreReplay.sample", benchmark, items=PIX_BATCH)
+
+
+def test_pix_sample_into_numbatraj(benchmark, ratios):
+    rep = _pix_replay()
+    outs = {c.name: np.empty((PIX_BATCH, *c.shape), c.dtype) for c in _pix_columns()}
+    rep.sample_into(outs, PIX_BATCH)
+    benchmark(lambda: rep.sample_into(outs, PIX_BATCH))
+    for g in (G_PIX, G_PIX_TAKE):
+        ratios.record(g, "StoreReplay.sample_into", benchmark, items=PIX_BATCH)
+
+
+def test_pix_add_numpy_slice_copy(benchmark, ratios):
+    cols = {c.name: np.ones((PIX_CAP, *c.shape), c.dtype) for c in _pix_columns()}
+    rows = _pix_batch(PIX_CHUNK)
+    state = {"pos": 0}
+
+    def run():
+        p = state["pos"]
+        for k, a in cols.items():
+            a[p : p + PIX_CHUNK] = rows[k]
+        state["pos"] = (p + PIX_CHUNK) % (PIX_CAP - PIX_CHUNK + 1)
+
+    run()
+    benchmark(run)
+    ratios.record(G_PIX_ADD, "numpy slice copy", benchmark, baseline=True, items=PIX_CHUNK,
+                  nbytes=PIX_CHUNK * PIX_ROW)
+
+
+def test_pix_add_cpprb(benchmark, ratios):
+    rb = _pix_cpprb()
+    b = _pix_fill(lambda b: rb.add(**_cp_rows(b)))
+    rows = _cp_rows(b)
+    benchmark(lambda: rb.add(**rows))
+    ratios.record(G_PIX_ADD, "cpprb ReplayBuffer.add", benchmark, items=PIX_CHUNK,
+                  nbytes=PIX_CHUNK * PIX_ROW)
+
+
+def test_pix_add_numbatraj(benchmark, ratios):
+    rep = StoreReplay(_pix_columns(), PIX_CAP)
+    rows = _pix_fill(lambda b: rep.add(**b))
+    benchmark(lambda: rep.add(**rows))
+    ratios.record(G_PIX_ADD, "StoreReplay.add", benchmark, items=PIX_CHUNK,
+                  nbytes=PIX_CHUNK * PIX_ROW)

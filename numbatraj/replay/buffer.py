@@ -30,14 +30,32 @@ __all__ = ["StoreReplay"]
 _RECORD_GATHER_MAX = 1 << 16  # rows; larger gathers go column by column (no scratch)
 
 
-def _record_layout(cols: ReplayColumns) -> tuple[int, dict[str, tuple[int, np.dtype]]]:
-    """Record size (a multiple of 8 bytes) and each column's ``(byte offset, word dtype)``.
+#: A column whose row is wider than this (bytes) is stored apart, as its own contiguous
+#: ``(capacity, *shape)`` array; narrower columns share the row record.  Measured
+#: (``bench/test_replay.py``, pixel group): a 3x84x84 uint8 row is 331 cache lines over six
+#: pages, so keeping it beside a 30-byte tail saves no miss, while the record costs a second
+#: copy of the row (scratch, then the column) on every gather and a strided write on every
+#: add.  A 17-float row (68 bytes) is one or two lines, and there the record (all narrow
+#: columns of a row in 3-4 adjacent lines of one page) is what makes the gather fast.
+WIDE_BYTES = 512
+
+
+def _wide_columns(cols: ReplayColumns) -> tuple[str, ...]:
+    """Columns stored apart (row bytes above :data:`WIDE_BYTES`)."""
+    return tuple(n for n in cols.names
+                 if cols.row_elems(n) * cols.storage_dtype(n).itemsize > WIDE_BYTES)
+
+
+def _record_layout(cols: ReplayColumns, names: Iterable[str] | None = None,
+                   ) -> tuple[int, dict[str, tuple[int, np.dtype]]]:
+    """Record size (a multiple of 8 bytes) and each column's ``(byte offset, word dtype)``,
+    over ``names`` (default: every column).
 
     Columns go widest word first, so every offset is a multiple of the column's word size
     (and of its item size): the word and element views are aligned.
     """
     items = []
-    for name in cols.names:
+    for name in (cols.names if names is None else names):
         nbytes = cols.row_elems(name) * cols.storage_dtype(name).itemsize
         items.append((name, nbytes, _rk.word_dtype(nbytes) if nbytes else np.dtype(np.uint8)))
     order = sorted(range(len(items)), key=lambda k: -items[k][2].itemsize)
@@ -134,26 +152,44 @@ class StoreReplay(ReplayFront):
         self._words: dict[str, np.ndarray] = {}  # (capacity, words per row), for gathers
         self._plan: dict[str, tuple[Any, ...]] = {}
         self._items: dict[str, np.ndarray] = {}  # (capacity,) rows as opaque V<bytes> items
-        # Every physical row is one record holding all of its columns (widest words first,
-        # so each column starts on its word size; the record padded to 8 bytes): a sampled
-        # row is then 3-4 cache lines in one page instead of one or two lines per column.
-        self._layout = _record_layout(self._cols)
+        # Narrow columns of a physical row share one record (widest words first, so each
+        # column starts on its word size; the record padded to 8 bytes): a sampled row is
+        # then 3-4 cache lines in one page instead of one or two lines per column.  Wide
+        # columns (images) are stored apart, contiguous (see WIDE_BYTES).
+        self._wide = _wide_columns(self._cols)
+        narrow = [n for n in self._cols.names if n not in self._wide]
+        self._layout = _record_layout(self._cols, narrow)
         self._row_bytes = rb = self._layout[0]
-        #: uint64 (capacity, row_bytes / 8): the row records
-        self._rec = np.zeros((cap, rb // 8), dtype=np.uint64)
+        #: uint64 (capacity, row_bytes / 8): the row records of the narrow columns
+        self._rec = np.zeros((cap if narrow else 0, rb // 8), dtype=np.uint64)
+        self._narrow = tuple(narrow)
         raw = self._rec.view(np.uint8)
         for name, spec in self._cols.specs.items():
-            off, wdt = self._layout[1][name]
             sdt = self._cols.storage_dtype(name)
             q = self._cols.quant.get(name)
             e = self._cols.row_elems(name)
+            nbytes = e * sdt.itemsize
+            if name in self._wide:
+                arr = np.zeros((cap, *spec.shape), dtype=sdt)
+                wdt = _rk.word_dtype(nbytes)
+                flat = arr.reshape(cap, e)
+                self._rows2d[name] = flat
+                if q is None:
+                    self._plan[name] = (None, e, wdt)
+                    self._words[name] = flat.view(wdt)
+                    self._items[name] = flat.view(np.dtype(f"V{nbytes}")).reshape(cap)
+                else:
+                    self._plan[name] = (q, e, None)
+                self._data[name] = arr
+                continue
+            off, wdt = self._layout[1][name]
             arr = _view(raw, (cap, *spec.shape), sdt, off, rb)
             self._rows2d[name] = _view(raw, (cap, e), sdt, off, rb)
             if q is None:
                 self._plan[name] = (None, e, wdt)
-                n_w = e * sdt.itemsize // wdt.itemsize
+                n_w = nbytes // wdt.itemsize
                 self._words[name] = _view(raw, (cap, n_w), wdt, off, rb)
-                self._items[name] = _view(raw, (cap,), np.dtype(f"V{e * sdt.itemsize}"), off, rb)
+                self._items[name] = _view(raw, (cap,), np.dtype(f"V{nbytes}"), off, rb)
             else:
                 self._plan[name] = (q, e, None)
             self._data[name] = arr
@@ -333,7 +369,8 @@ class StoreReplay(ReplayFront):
                                   window_start_py(self._cursor, c, self._r), part)
 
     def _gather_buffers(self, b: int) -> tuple[Any, ...]:
-        """Records scratch (b, row words) and each column's view of it, reused per size."""
+        """Records scratch (b, row words) and each narrow column's view of it, reused per
+        size."""
         w = self._gather_work.get(b)
         if w is None:
             if len(self._gather_work) >= 4:
@@ -341,7 +378,7 @@ class StoreReplay(ReplayFront):
             recs = np.empty((b, self._row_bytes // 8), dtype=np.uint64)
             raw = recs.view(np.uint8)
             cols = {}
-            for name in self._cols.names:
+            for name in self._narrow:
                 q, e, wdt = self._plan[name]
                 off = self._layout[1][name][0]
                 if q is None:
@@ -357,10 +394,23 @@ class StoreReplay(ReplayFront):
         b = idx.shape[0]
         if b == 0:
             return
+        for name in self._wide:  # stored apart: straight from the column into the output
+            out = outputs.get(name)
+            if out is None:
+                continue
+            q, e, wdt = self._plan[name]
+            if q is None:
+                _rk.gather_wide_rows_cpu(self._words[name], idx, out.reshape(b, e).view(wdt))
+            else:
+                _qk.gather_dequantize_cpu(self._rows2d[name], idx, q.low, q.step,
+                                          out.reshape(b, e))
+        if not self._narrow:
+            return
         if b > _RECORD_GATHER_MAX:  # e.g. rows() of the whole buffer: column by column
-            for name, out in outputs.items():
+            for name in self._narrow:
+                out = outputs.get(name)
                 q, e, wdt = self._plan[name]
-                if not e:
+                if out is None or not e:
                     continue
                 if q is None:
                     _rk.gather_rows_cpu(self._words[name], idx, out.reshape(b, e).view(wdt))
@@ -370,9 +420,10 @@ class StoreReplay(ReplayFront):
             return
         recs, cols, ident = self._gather_buffers(b)
         _rk.gather_rows_cpu(self._rec, idx, recs)  # whole records: the scattered reads
-        for name, out in outputs.items():  # then each column out of them, from cache
+        for name in self._narrow:  # then each column out of them, from cache
+            out = outputs.get(name)
             q, e, wdt = self._plan[name]
-            if not e:
+            if out is None or not e:
                 continue
             if q is None:
                 _rk.copy_rows_cpu(cols[name], out.reshape(b, e).view(wdt))
