@@ -12,13 +12,15 @@ from typing import Any
 
 import numpy as np
 
+from numbatraj._checks import check_real
 from numbatraj.data.column import ColumnSpec
 from numbatraj.data.index_batch import IndexBatch
-from numbatraj.errors import IntegrityError, SchemaError
+from numbatraj.errors import IntegrityError, SamplerError, SchemaError
 from numbatraj.replay import _checkpoint as ck
 from numbatraj.replay import _draw
 from numbatraj.replay import _quantize_kernels as _qk
 from numbatraj.replay import _ring_kernels as _rk
+from numbatraj.replay import _stream_kernels as _sk
 from numbatraj.replay._front import ReplayFront
 from numbatraj.replay._split import window_start_py
 from numbatraj.replay.columns import ReplayColumns
@@ -119,6 +121,7 @@ class StoreReplay(ReplayFront):
     """
 
     _KIND = "StoreReplay"
+    _STREAMS = True
 
     def __init__(
         self,
@@ -133,11 +136,15 @@ class StoreReplay(ReplayFront):
         quantize: Mapping[str, tuple[float, float]] | None = None,
         demo_capacity: int = 0,
         demo_fraction: float | None = None,
+        n_envs: int = 1,
+        next_of: Mapping[str, str] | None = None,
+        frame_stack: Mapping[str, int] | None = None,
     ) -> None:
         super().__init__(
             columns, capacity, prioritized=prioritized, seed=seed, alpha=alpha, beta=beta,
             eps=eps, quantize=quantize, demo_capacity=demo_capacity,
-            demo_fraction=demo_fraction,
+            demo_fraction=demo_fraction, n_envs=n_envs, next_of=next_of,
+            frame_stack=frame_stack,
         )
         cap = self._capacity
         self._sampler: PrioritizedSampler | UniformSampler
@@ -208,8 +215,14 @@ class StoreReplay(ReplayFront):
         #: storage of every column in declaration order, for one-row adds (None when a
         #: column is quantised: those go through the kernels)
         self._one_plan: tuple[np.ndarray, ...] | None = (
-            None if self._cols.quant else tuple(self._data[n] for n in self._cols.names)
+            None if self._cols.quant or not self._streams.plain
+            else tuple(self._data[n] for n in self._cols.names)
         )
+        #: (capacity,) bool views of done / truncated (a zero-stride False view if absent)
+        false = np.broadcast_to(np.zeros(1, dtype=np.bool_), (cap,))
+        self._done_v = self._data["done"] if "done" in self._end_names else false
+        self._trunc_v = self._data["truncated"] if "truncated" in self._end_names else false
+        self._end_views = tuple(self._data[c] for c in self._end_names)
         self._into: dict[int, IndexBatch] = {}  # batch size -> the batch sample_into refills
 
     # ------------------------------------------------------------------ properties
@@ -275,6 +288,8 @@ class StoreReplay(ReplayFront):
             one = self._cols.single_row(rows)
             if one is not None:
                 return self._add_one(plan, one)
+        if not self._streams.plain:
+            return super().add(**rows)
         arrays, n = self._cols.check_rows(rows)
         return self._add_rows(arrays, n)
 
@@ -299,11 +314,13 @@ class StoreReplay(ReplayFront):
         """
         cur = self._cursor
         pos = self._d + cur
+        r = self._r
+        if self._size == r and self._end_views:  # the overwritten row's end flag
+            self._cut_first[1] = any(a[pos] for a in self._end_views)
         for dst, v in zip(plan, values):
             dst[pos] = v
         if self._per is not None:
             self._per.note_added(np.array([pos], dtype=np.int64))
-        r = self._r
         self._cursor = cur + 1 if cur + 1 < r else 0
         if self._size < r:
             self._size += 1
@@ -449,15 +466,192 @@ class StoreReplay(ReplayFront):
         if not out.flags.c_contiguous or not out.flags.writeable:
             raise SchemaError(f"sample_into: outputs[{name!r}] must be C-contiguous, writeable")
 
-    def update_priorities(self, batch: IndexBatch | Any, priorities: Any) -> int:
+    def update_priorities(self, batch: IndexBatch | Any, priorities: Any, *,
+                          eta: float = 0.9) -> int:
         """Feed new priorities back for a sampled batch (e.g. ``|TD error|``).
 
         Rows overwritten since they were sampled (stale generation stamp) are skipped.
-        Returns how many were skipped.  Only for ``prioritized=True``.
+        Returns how many were skipped.  Only for ``prioritized=True``.  For a window batch
+        of :meth:`sample_sequences`, ``priorities`` is the ``(B, T)`` TD error and each
+        window's start gets ``eta * max|td| + (1 - eta) * mean|td|`` (R2D2, ``eta`` 0.9).
         """
         self._need_prioritized()
         assert self._per is not None
+        if isinstance(batch, IndexBatch) and np.ndim(batch.indices) == 2:
+            return self._update_windows(batch, priorities, eta)
         return int(self._per.update_priorities(batch, priorities))
+
+    def _update_windows(self, batch: IndexBatch, td: Any, eta: float) -> int:
+        """R2D2: each window's start gets ``eta * max|td| + (1 - eta) * mean|td|``."""
+        assert self._per is not None
+        eta = check_real("eta", eta, 0.0, False)
+        if eta > 1:
+            raise SamplerError(f"eta must be in [0, 1], got {eta!r}")
+        a = np.asarray(td)
+        shape = tuple(batch.indices.shape)
+        if a.shape != shape or a.dtype.kind not in "fiu":
+            raise SamplerError(
+                f"update_priorities: a window batch of shape {shape} needs td of shape "
+                f"{shape} (one TD error per step), got {a.dtype} {a.shape}; nothing was updated"
+            )
+        a = np.abs(a.astype(np.float64))
+        p = eta * a.max(axis=1) + (1.0 - eta) * a.mean(axis=1)
+        return int(self._per.update_priorities(np.ascontiguousarray(batch.indices[:, 0]), p,
+                                               batch.stamps))
+
+    # ------------------------------------------------------------------ streams
+    def _end_flags(self, phys: np.ndarray) -> np.ndarray:
+        f = np.zeros(phys.shape[0], dtype=np.bool_)
+        for a in self._end_views:
+            f |= a[phys].astype(np.bool_)
+        return f
+
+    def _geom(self) -> tuple[int, int, int, int, int, int]:
+        """(ring base, n_demo, ring capacity, n_envs, oldest slot, size) for the kernels."""
+        return (self._d, self._n_demo, self._r, self._streams.n_envs, self._oldest_slot(),
+                self._size)
+
+    def _gather_next(self, target: str, rows: np.ndarray, out: np.ndarray) -> None:
+        """``next_of`` target at physical ``rows`` (B,) into ``out`` ``(B, [depth,] *shape)``:
+        the source's next row of the same stream, or the side table's entry."""
+        src = self._streams.next_of[target]
+        depth = self._streams.frame_stack.get(src)
+        b = rows.shape[0]
+        g = self._geom()
+        nxt = np.empty(b, dtype=np.int64)
+        _sk.next_rows_cpu(rows, *g, nxt)
+        side = self._side
+        slots = side.slot[rows] if side is not None else np.full(b, -1, np.int64)
+        kept = slots >= 0
+        if depth is None:
+            self._gather(nxt, {src: out}, b)
+            if kept.any():
+                out[kept] = side.pool[target][slots[kept]]  # type: ignore[union-attr]
+            return
+        st = np.empty((b, depth), dtype=np.int64)
+        _sk.stack_rows_cpu(rows, depth, self._done_v, self._trunc_v, *g, st)
+        st[:, :-1] = st[:, 1:]
+        st[:, -1] = nxt
+        flat = out.reshape(b * depth, *out.shape[2:])
+        self._gather(st.reshape(-1), {src: flat}, b * depth)
+        if kept.any():
+            out[kept, depth - 1] = side.pool[target][slots[kept]]  # type: ignore[union-attr]
+
+    def _gather_cols(self, rows: np.ndarray, outputs: Mapping[str, np.ndarray],
+                     names: Iterable[str]) -> None:
+        """Declared columns ``names`` at physical ``rows`` (B,), frame stacks built."""
+        fs = self._streams.frame_stack
+        b = rows.shape[0]
+        flat = {n: outputs[n] for n in names if n not in fs}
+        if flat:
+            self._gather(rows, flat, b)
+        g = self._geom()
+        for n in names:
+            depth = fs.get(n)
+            if depth is None:
+                continue
+            st = np.empty((b, depth), dtype=np.int64)
+            _sk.stack_rows_cpu(rows, depth, self._done_v, self._trunc_v, *g, st)
+            out = outputs[n]
+            self._gather(st.reshape(-1), {n: out.reshape(b * depth, *out.shape[2:])},
+                         b * depth)
+
+    def _gather_ext(self, idx: np.ndarray, outputs: Mapping[str, np.ndarray], b: int,
+                    ns: tuple[int, float] | None) -> None:
+        last = idx
+        if ns is not None:
+            last = np.empty(b, dtype=np.int64)
+            ret = outputs["return"]
+            disc = outputs["discount"]
+            _sk.nstep_cpu(idx, ns[0], ns[1], self._data["reward"], self._done_v,
+                          self._trunc_v, *self._geom(), ret, disc, last)
+        names = self._cols.names
+        at_last = [n for n in names if ns is not None and n.startswith("next_")
+                   and n[5:] in self._cols.specs]
+        self._gather_cols(idx, outputs, [n for n in names if n not in at_last])
+        if at_last:
+            self._gather_cols(last, outputs, at_last)
+        for t in self._streams.next_of:
+            self._gather_next(t, last, outputs[t])
+
+    def _sequence_starts(self, b: int, t: int, within: bool, batch: IndexBatch) -> None:
+        """Window starts (physical) into ``batch.indices[:, 0]`` (weights, stamps)."""
+        e = self._streams.n_envs
+        nd, size, o = self._n_demo, self._size, self._oldest_slot()
+        starts = np.empty(b, dtype=np.int64)
+        if self._per is not None:
+            if within:
+                self._per.sample_into(starts, batch.weights, batch.stamps)
+            else:
+                c = size - (t - 1) * e
+                if c <= 0:
+                    raise SamplerError(
+                        f"sample_sequences: no online window of T={t} (prioritized spanning "
+                        f"windows are drawn from online rows only, {size // e} per env)"
+                    )
+                lo0, hi0 = self._d + o, self._d + min(o + c, self._r)
+                lo1, hi1 = self._d, self._d + max(0, o + c - self._r)
+                self._per.sample_ranges_into(starts, batch.weights, batch.stamps,
+                                             lo0, hi0, lo1, hi1)
+        else:
+            uni = self._uni
+            assert uni is not None
+            if uni.n_rows != nd + size:
+                uni.n_rows = nd + size
+            if within:
+                cd, c = nd, size
+            else:
+                cd, c = max(0, nd - t + 1), max(0, size - (t - 1) * e)
+            uni.sample_range_into(starts, 0, cd + c)
+            _sk.logical_to_physical_cpu(starts, cd, self._d, self._r, o, starts)
+        batch.indices[:, 0] = starts
+
+    def _sample_sequences(self, b: int, t: int,
+                          within: bool) -> tuple[dict[str, Any], IndexBatch]:
+        rows = np.empty((b, t), dtype=np.int64)
+        first = np.empty((b, t), dtype=np.bool_)
+        pad = np.empty((b, t), dtype=np.bool_)
+        if self._per is not None:
+            batch = IndexBatch(rows, weights=np.empty(b, np.float32),
+                               stamps=np.empty(b, np.int64), is_first=first)
+        else:
+            batch = IndexBatch(rows, is_first=first)
+        self._sequence_starts(b, t, within, batch)
+        starts = rows[:, 0].copy()
+        self._cut_first[0] = True
+        _sk.window_rows_cpu(starts, t, within, self._done_v, self._trunc_v, *self._geom(),
+                            self._cut_first, rows, first, pad)
+        flat = rows.reshape(-1)
+        n = b * t
+        out: dict[str, Any] = {}
+        for name, spec in self._cols.specs.items():
+            out[name] = np.empty((b, t, *spec.shape), dtype=self._cols.sample_dtype(name))
+        self._gather(flat, {k: v.reshape(n, *v.shape[2:]) for k, v in out.items()}, n)
+        for tgt, src in self._streams.next_of.items():
+            spec = self._cols.specs[src]
+            a = np.empty((b, t, *spec.shape), dtype=spec.dtype)
+            self._gather_next_flat(tgt, flat, a.reshape(n, *spec.shape))
+            out[tgt] = a
+        out["is_first"] = first
+        if within:
+            for name in list(out):
+                if name != "is_first":
+                    out[f"{name}_is_pad"] = pad.copy()
+        return out, batch
+
+    def _gather_next_flat(self, target: str, rows: np.ndarray, out: np.ndarray) -> None:
+        """``next_of`` target (unstacked) at physical ``rows`` (n,) into ``out`` (n, *shape)."""
+        src = self._streams.next_of[target]
+        n = rows.shape[0]
+        nxt = np.empty(n, dtype=np.int64)
+        _sk.next_rows_cpu(rows, *self._geom(), nxt)
+        self._gather(nxt, {src: out}, n)
+        side = self._side
+        if side is not None:
+            slots = side.slot[rows]
+            kept = slots >= 0
+            if kept.any():
+                out[kept] = side.pool[target][slots[kept]]
 
     # ------------------------------------------------------------------ reading back
     def time_order(self) -> np.ndarray:
@@ -476,7 +670,12 @@ class StoreReplay(ReplayFront):
             n: np.empty((idx.shape[0], *s.shape), dtype=self._cols.sample_dtype(n))
             for n, s in self._cols.specs.items()
         }
-        self._gather(np.ascontiguousarray(idx), out, idx.shape[0])
+        idx = np.ascontiguousarray(idx)
+        self._gather(idx, out, idx.shape[0])
+        for t, src in self._streams.next_of.items():
+            spec = self._cols.specs[src]
+            out[t] = np.empty((idx.shape[0], *spec.shape), dtype=spec.dtype)
+            self._gather_next_flat(t, idx, out[t])
         return out
 
     # ------------------------------------------------------------------ checkpoints

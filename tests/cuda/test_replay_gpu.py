@@ -291,7 +291,7 @@ def _delete(f, key):
 
 
 def _version(f, st):
-    f.attrs["numbatraj_replay"] = 2
+    f.attrs["numbatraj_replay"] = 99
 
 
 def _bad_json(f, st):
@@ -310,7 +310,7 @@ def _max_priority(f, st):  # the device keeps it in its state, the host in the s
 CORRUPTIONS = {
     "not hdf5": (_corrupt_text, "IntegrityError", r"not a readable replay checkpoint"),
     "no format attr": (_corrupt_no_attr, "IntegrityError", r"not a replay checkpoint \(no"),
-    "format version": (_edit_attrs(_version), "IntegrityError", r"format version 2"),
+    "format version": (_edit_attrs(_version), "IntegrityError", r"format version 99"),
     "unreadable json": (_edit_attrs(_bad_json), "IntegrityError", r"unreadable config/state"),
     "missing state key": (_edit_attrs(lambda f, st: st.pop("n_added")), "IntegrityError",
                           r"unreadable ring state"),
