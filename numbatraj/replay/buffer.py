@@ -558,17 +558,18 @@ class StoreReplay(ReplayFront):
 
     def _gather_ext(self, idx: np.ndarray, outputs: Mapping[str, np.ndarray], b: int,
                     ns: tuple[int, float] | None) -> None:
-        last = idx
-        if ns is not None:
-            last = np.empty(b, dtype=np.int64)
-            ret = outputs["return"]
-            disc = outputs["discount"]
-            _sk.nstep_cpu(idx, ns[0], ns[1], self._data["reward"], self._done_v,
-                          self._trunc_v, *self._geom(), ret, disc, last)
         names = self._cols.names
         at_last = [n for n in names if ns is not None and n.startswith("next_")
                    and n[5:] in self._cols.specs]
+        # the record gather first: it keeps dozens of misses in flight, so the n-step
+        # kernel's serial walk (row t, then t+1 of the same stream...) then reads from cache
         self._gather_cols(idx, outputs, [n for n in names if n not in at_last])
+        last = idx
+        if ns is not None:
+            last = np.empty(b, dtype=np.int64)
+            _sk.nstep_cpu(idx, ns[0], ns[1], self._data["reward"], self._done_v,
+                          self._trunc_v, *self._geom(), outputs["return"],
+                          outputs["discount"], last)
         if at_last:
             self._gather_cols(last, outputs, at_last)
         for t in self._streams.next_of:
