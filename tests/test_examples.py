@@ -19,6 +19,8 @@ EXAMPLES = ROOT / "examples"
 SMALL_RUNS = {
     "demo.py": ["--small", "--out", "{tmp}"],
     "replay_sac_like.py": ["--steps", "1000", "--out", "{tmp}"],
+    "replay_vec_env.py": ["--steps", "300", "--out", "{tmp}"],
+    "replay_dreamer_like.py": ["--steps", "300", "--out", "{tmp}"],
     "assets_preflight.py": [],
     "import_d4rl.py": [],
     "import_diffusion_policy.py": [],
