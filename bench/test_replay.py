@@ -362,7 +362,6 @@ def test_sequences_256x64(benchmark, ratios, rows):
     benchmark(lambda: rep.sample_sequences(256, 64))
     ratios.record(G_SEQ, f"{rows:,} rows", benchmark, baseline=rows == 10**6, items=256,
                   note="target <= 5 ms at 10^8, within 1.5x of 10^6")
-    del rep
 
 
 def _rss() -> int:

@@ -44,7 +44,9 @@ def main() -> None:
     for step in range(args.steps):
         t += 1
         done = rng.random(N_ENVS) < 0.04
-        rows = dict(image=np.full((N_ENVS, 8, 8), step % 256, np.uint8) + np.arange(N_ENVS)[:, None, None].astype(np.uint8),
+        image = np.full((N_ENVS, 8, 8), step % 200, np.uint8)
+        image += np.arange(N_ENVS, dtype=np.uint8)[:, None, None]
+        rows = dict(image=image,
                     action=rng.standard_normal((N_ENVS, 2)).astype(np.float32),
                     reward=t.astype(np.float32), done=done)
         rep.add(**rows)

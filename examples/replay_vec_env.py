@@ -113,8 +113,9 @@ def main() -> None:
                     if r["trunc"] or t + k + 1 >= len(rows):
                         disc = GAMMA ** (k + 1)
                         break
-                if abs(ret - batch["return"][i]) < 1e-5 and abs(disc - batch["discount"][i]) < 1e-6 \
-                        and np.array_equal(rows[t + m]["next"], batch["next_obs"][i]):
+                same = abs(ret - batch["return"][i]) < 1e-5
+                same = same and abs(disc - batch["discount"][i]) < 1e-6
+                if same and np.array_equal(rows[t + m]["next"], batch["next_obs"][i]):
                     checked += 1
                     break
             else:
