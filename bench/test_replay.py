@@ -259,6 +259,17 @@ def test_pix_sample_two_takes(benchmark, ratios):
                   items=PIX_BATCH)
 
 
+def test_pix_sample_memcpy_floor(benchmark, ratios):
+    # the same bytes as one contiguous copy: no gather can beat this on the machine
+    src = np.ones(2 * PIX_BATCH * int(np.prod(PIX)), np.uint8)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)
+    benchmark(lambda: np.copyto(dst, src))
+    for g in (G_PIX, G_PIX_TAKE):
+        ratios.record(g, "floor: one contiguous copy of the same bytes", benchmark,
+                      items=PIX_BATCH)
+
+
 def _pix_replay() -> StoreReplay:
     rep = StoreReplay(_pix_columns(), PIX_CAP)
     _pix_fill(lambda b: rep.add(**b))

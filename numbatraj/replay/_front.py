@@ -31,6 +31,37 @@ __all__ = ["ReplayFront"]
 R = TypeVar("R", bound="ReplayFront")
 
 
+_BLOCK_MIN = 1 << 20
+
+
+def block_outputs(specs: Mapping[str, tuple[Any, tuple[int, ...]]]) -> dict[str, np.ndarray]:
+    """New arrays ``name -> np.empty(shape, dtype)`` carved out of one allocation (each
+    64-byte aligned, C-contiguous, disjoint).
+
+    Measured: two 5.4 MB outputs (256 pixel rows) allocated apart cost 1.1-1.9 ms of page
+    faults per call, because glibc gives the freed pair back to the OS every time (their sum
+    passes its trim threshold); one block of the same bytes is reused without faults
+    (80 us to allocate and fill).  The arrays share that block's lifetime.
+    """
+    offs = {}
+    total = 0
+    for name, (dt, shape) in specs.items():
+        offs[name] = total
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize
+        total += (nbytes + 63) // 64 * 64
+    if total < _BLOCK_MIN:  # small outputs: the heap reuses them anyway
+        return {name: np.empty(shape, dtype=dt) for name, (dt, shape) in specs.items()}
+    raw = np.empty(total + 64, dtype=np.uint8)
+    base = (-raw.ctypes.data) % 64
+    out = {}
+    for name, (dt, shape) in specs.items():
+        dt = np.dtype(dt)
+        n = int(np.prod(shape, dtype=np.int64))
+        a = raw[base + offs[name] : base + offs[name] + n * dt.itemsize].view(dt)
+        out[name] = a.reshape(shape)
+    return out
+
+
 class ReplayFront:
     """Configuration, ring state and the templates of both replays (see the module doc).
 
@@ -509,7 +540,7 @@ class ReplayFront:
             out = self._new_outputs(b)
             self._gather(batch.indices, out, b)
             return out, batch
-        out = {n: np.empty((b, *shp), dtype=dt) for n, (dt, shp) in self._out_specs(ns).items()}
+        out = block_outputs({n: (dt, (b, *shp)) for n, (dt, shp) in self._out_specs(ns).items()})
         self._gather_ext(batch.indices, out, b, ns)
         return out, batch
 

@@ -21,7 +21,7 @@ from numbatraj.replay import _draw
 from numbatraj.replay import _quantize_kernels as _qk
 from numbatraj.replay import _ring_kernels as _rk
 from numbatraj.replay import _stream_kernels as _sk
-from numbatraj.replay._front import ReplayFront
+from numbatraj.replay._front import ReplayFront, block_outputs
 from numbatraj.replay._split import window_start_py
 from numbatraj.replay.columns import ReplayColumns
 from numbatraj.samplers import PrioritizedSampler, UniformSampler
@@ -451,10 +451,8 @@ class StoreReplay(ReplayFront):
                 _qk.gather_dequantize_cpu(cols[name], ident, q.low, q.step, out.reshape(b, e))
 
     def _new_outputs(self, b: int) -> dict[str, np.ndarray]:
-        return {
-            n: np.empty((b, *s.shape), dtype=self._cols.sample_dtype(n))
-            for n, s in self._cols.specs.items()
-        }
+        return block_outputs({n: (self._cols.sample_dtype(n), (b, *s.shape))
+                              for n, s in self._cols.specs.items()})
 
     def _check_output(self, name: str, out: Any, dtype: np.dtype,
                       shape: tuple[int, ...]) -> None:
