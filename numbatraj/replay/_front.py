@@ -335,6 +335,10 @@ class ReplayFront:
         """Backend: ``done | truncated`` of held physical rows (None: not tracked)."""
         return None
 
+    def _end_flag_at(self, p: int) -> bool | None:
+        """Backend: ``done | truncated`` of held physical row ``p`` (None: not tracked)."""
+        return None
+
     def _oldest_slot(self) -> int:
         o = self._cursor - self._size
         return o + self._r if o < 0 else o
@@ -352,6 +356,12 @@ class ReplayFront:
         if n > r:
             skip = n - r
             self._cut_first[1:] = self._ends_of(arrays, np.arange(skip - e, skip), n)
+            return
+        if e == 1:  # scalar reads: this runs on every add once the ring is full
+            p = self._oldest_slot() + ov - 1
+            one = self._end_flag_at(self._d + (p - r if p >= r else p))
+            if one is not None:
+                self._cut_first[1] = one
             return
         flags = self._end_flags(self._logical_phys(np.arange(ov - e, ov)))
         if flags is not None:

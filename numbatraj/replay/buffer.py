@@ -504,6 +504,9 @@ class StoreReplay(ReplayFront):
             f |= a[phys].astype(np.bool_)
         return f
 
+    def _end_flag_at(self, p: int) -> bool:
+        return any(bool(a[p]) for a in self._end_views)
+
     def _geom(self) -> tuple[int, int, int, int, int, int]:
         """(ring base, n_demo, ring capacity, n_envs, oldest slot, size) for the kernels."""
         return (self._d, self._n_demo, self._r, self._streams.n_envs, self._oldest_slot(),
