@@ -180,6 +180,11 @@ def gather_wide_rows_cpu(src, idx, out):  # type: ignore[no-untyped-def]
     """``out[i, :] = src[idx[i], :]`` for wide rows (a column stored apart: hundreds of
     words per row, ``(capacity, w)`` and ``(B, w)`` C-contiguous word views).
 
+    NOTE (issue 14): the per-core gather work in ``data/_gather_kernels.py`` is another
+    engineer's; when it lands a serial row gather at least as fast as this one and
+    :func:`gather_rows_cpu`, the replay should call it instead of keeping its own copies
+    (measured at 3x84x84 uint8 and at 168-byte records before switching).
+
     Each row is one long contiguous copy (the row slices let LLVM emit a vectorized copy),
     and the hardware prefetcher streams it; the touch loop of :func:`gather_rows_cpu` would
     only evict the block it prefetches.  The first line of the next row is loaded before the

@@ -99,7 +99,10 @@ class SideTable:
     """
 
     def __init__(self, capacity: int, specs: Mapping[str, tuple[np.dtype, tuple[int, ...]]]):
-        self.slot = np.full(capacity, -1, dtype=np.int64)
+        #: pool slot of every physical row, -1 where the value is derived (int32: 4 bytes
+        #: per row beside a row's observation)
+        self.slot: np.ndarray = np.full(capacity, -1,
+                                        dtype=np.int32 if capacity < 2**31 else np.int64)
         self._specs = dict(specs)
         self.pool = {t: np.empty((16, *shp), dtype=dt) for t, (dt, shp) in self._specs.items()}
         self._free = np.arange(15, -1, -1, dtype=np.int64)
@@ -132,7 +135,7 @@ class SideTable:
         self._n_free -= k
         for t, pool in self.pool.items():
             pool[slots] = values[t]
-        self.slot[rows] = slots
+        self.slot[rows] = slots.astype(self.slot.dtype)
 
     def _grow(self) -> None:
         old = self._free.shape[0]
@@ -151,5 +154,5 @@ class SideTable:
     def state(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Rows with an entry (physical, int64) and their values per target (copies)."""
         rows = np.flatnonzero(self.slot >= 0).astype(np.int64)
-        s = self.slot[rows]
+        s = self.slot[rows].astype(np.int64)
         return rows, {t: p[s] for t, p in self.pool.items()}

@@ -91,9 +91,12 @@ def _check_transitions(rep, model, out, n_step, gamma, depth):
 
 @pytest.mark.parametrize("n_envs, per_env, demo", [(1, 7, 0), (3, 5, 0), (2, 4, 3), (1, 1, 0)])
 @pytest.mark.parametrize("depth", [0, 3])
-def test_nstep_next_of_and_frame_stacks_match_the_reference(n_envs, per_env, demo, depth, rng):
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_nstep_next_of_and_frame_stacks_match_the_reference(n_envs, per_env, demo, depth,
+                                                            prioritized, rng):
     model = Model(n_envs, per_env)
-    kw = dict(n_envs=n_envs, next_of={"next_obs": "obs"}, demo_capacity=demo, seed=1)
+    kw = dict(n_envs=n_envs, next_of={"next_obs": "obs"}, demo_capacity=demo, seed=1,
+              prioritized=prioritized)
     if depth:
         kw["frame_stack"] = {"obs": depth}
     rep = StoreReplay(_cols(), n_envs * per_env + demo, **kw)
@@ -343,3 +346,23 @@ def test_bad_inputs_raise_and_write_nothing(rng):
             "done": np.empty(4, bool), "truncated": np.empty(4, bool)}
     with pytest.raises(SchemaError, match="outputs has columns"):
         rep.sample_into(outs, 4, n_step=2)  # return, discount and next_obs missing
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_streams_with_ere_and_a_demo_split(prioritized, rng):
+    # ERE's window and the demo split draw through the same paths; the n-step targets of
+    # what they draw still equal the reference of each row's own stream
+    model = Model(2, 10)
+    rep = StoreReplay(_cols(), 24, n_envs=2, demo_capacity=4, demo_fraction=0.25,
+                      next_of={"next_obs": "obs"}, prioritized=prioritized, seed=5)
+    dm = Model(1, 4)
+    dm.next_id = 10_000
+    rep.add_demos(**dm.step_rows(4, rng))
+    model.demos = dm.envs[0]
+    rep.configure_ere(True, eta=0.9, c_min=4)
+    for _ in range(3):
+        rep.add(**model.step_rows(7, rng))
+        model.reindex()
+        out, _ = rep.sample(32, k=1, K=2, n_step=4, gamma=0.8)
+        assert (out["obs"][:, 0] >= 10_000).sum() == 8  # floor(0.25 * 32 + 0.5) demos
+        _check_transitions(rep, model, out, 4, 0.8, 0)
