@@ -67,6 +67,9 @@ class StoreReplayGpu(ReplayFront):
         quantize: Mapping[str, tuple[float, float]] | None = None,
         demo_capacity: int = 0,
         demo_fraction: float | None = None,
+        n_envs: int = 1,
+        next_of: Mapping[str, str] | None = None,
+        frame_stack: Mapping[str, int] | None = None,
     ) -> None:
         cuda = get_cuda()
         from numbatraj.replay import _ring_cuda, _sumtree_cuda
@@ -75,7 +78,8 @@ class StoreReplayGpu(ReplayFront):
         super().__init__(
             columns, capacity, prioritized=prioritized, seed=seed, alpha=alpha, beta=beta,
             eps=eps, quantize=quantize, demo_capacity=demo_capacity,
-            demo_fraction=demo_fraction,
+            demo_fraction=demo_fraction, n_envs=n_envs, next_of=next_of,
+            frame_stack=frame_stack,
         )
         cap = self._capacity
         self._k0, self._k1 = np.uint64(self._seed & _U32), np.uint64(self._seed >> 32)

@@ -1,0 +1,160 @@
+"""Stream kernels of the replay: time neighbours, n-step returns, frame stacks, windows.
+
+With ``n_envs = E`` every ``add`` writes whole steps (``E`` rows, env 0 first), the ring
+capacity ``R`` is a multiple of ``E`` and the oldest held slot is always env 0's: so logical
+ring row ``j`` (0 = oldest held) is step ``j // E`` of env ``j % E``, and the next row of
+the same stream is logical row ``j + E``, held while ``j + E < size``.  The per-row
+stream/step index is this arithmetic on the ring state (``start``, ``size``), maintained by
+every add for free; a neighbour past the write head or before the oldest held row is -1.
+The demonstration prefix ``[0, n_demo)`` is one more stream, ``p + 1`` inside it.
+
+Episode boundaries come from the stored ``done`` / ``truncated`` columns (``done``,
+``trunc``: bool ``(capacity,)`` views, a zero-stride False view when a column is absent).
+Kernels take arrays and scalars only, assume valid input, never allocate and never raise.
+"""
+
+from __future__ import annotations
+
+from numbatraj._jit import njit_kernel
+
+__all__ = [
+    "neighbour",
+    "nstep_cpu",
+    "next_rows_cpu",
+    "stack_rows_cpu",
+    "window_rows_cpu",
+    "logical_to_physical_cpu",
+]
+
+
+def neighbour_py(p, k, ring_base, n_demo, ring_cap, n_envs, start, size):  # type: ignore[no-untyped-def]
+    """Physical row ``k`` steps after (``k < 0``: before) physical row ``p`` in the same
+    stream, or -1 when that step is not held (write head, overwritten, outside the demos)."""
+    if p < ring_base:
+        q = p + k
+        if q < 0 or q >= n_demo:
+            return -1
+        return q
+    j = p - ring_base - start
+    if j < 0:
+        j += ring_cap
+    j += k * n_envs
+    if j < 0 or j >= size:
+        return -1
+    s = start + j
+    if s >= ring_cap:
+        s -= ring_cap
+    return ring_base + s
+
+
+neighbour = njit_kernel(neighbour_py)
+
+
+@njit_kernel
+def logical_to_physical_cpu(idx, n_first, ring_base, ring_cap, start, out):  # type: ignore[no-untyped-def]
+    """``out[i]``: demo row ``idx[i]`` while ``idx[i] < n_first``, else ring logical row
+    ``idx[i] - n_first`` counted from slot ``start``."""
+    for i in range(idx.shape[0]):
+        j = idx[i]
+        if j < n_first:
+            out[i] = j
+        else:
+            s = start + (j - n_first)
+            if s >= ring_cap:
+                s -= ring_cap
+            out[i] = ring_base + s
+
+
+@njit_kernel
+def nstep_cpu(idx, n, gamma, reward, done, trunc, ring_base, n_demo, ring_cap, n_envs,  # type: ignore[no-untyped-def]
+              start, size, ret, disc, last):
+    """n-step targets of the rows ``idx`` (physical).
+
+    For row ``t`` the window is ``t, t+1, ..., t+m-1`` of the same stream, ``m <= n``,
+    stopping after a ``done`` or ``truncated`` row and at the newest held row of the
+    stream.  ``ret[i] = sum_k gamma**k reward[t+k]`` (float64 sum, stored float32),
+    ``disc[i] = gamma**m`` or 0 when the window ended on ``done``, ``last[i] = t+m-1``.
+    """
+    for i in range(idx.shape[0]):
+        q = idx[i]
+        g = 1.0
+        acc = 0.0
+        d = -1.0
+        for _ in range(n):
+            acc += g * reward[q]
+            last[i] = q
+            if done[q]:
+                d = 0.0
+                break
+            g *= gamma
+            if trunc[q]:
+                break
+            nq = neighbour(q, 1, ring_base, n_demo, ring_cap, n_envs, start, size)
+            if nq < 0:
+                break
+            q = nq
+        ret[i] = acc
+        disc[i] = g if d < 0 else 0.0
+
+
+@njit_kernel
+def next_rows_cpu(rows, ring_base, n_demo, ring_cap, n_envs, start, size, out):  # type: ignore[no-untyped-def]
+    """``out[i]``: the next row of ``rows[i]``'s stream, or ``rows[i]`` itself where there
+    is none (its value then comes from the side table)."""
+    for i in range(rows.shape[0]):
+        q = neighbour(rows[i], 1, ring_base, n_demo, ring_cap, n_envs, start, size)
+        out[i] = rows[i] if q < 0 else q
+
+
+@njit_kernel
+def stack_rows_cpu(rows, depth, done, trunc, ring_base, n_demo, ring_cap, n_envs, start,  # type: ignore[no-untyped-def]
+                   size, out):
+    """Frame-stack rows: ``out[i, depth - 1] = rows[i]``, then each earlier entry the previous
+    row of the same stream while it is held and does not end an episode; before the
+    episode's first held row its frame repeats (gymnasium ``FrameStackObservation``
+    padding).  ``out`` int64 ``(B, depth)``, oldest first."""
+    for i in range(rows.shape[0]):
+        q = rows[i]
+        out[i, depth - 1] = q
+        for k in range(depth - 2, -1, -1):
+            p = neighbour(q, -1, ring_base, n_demo, ring_cap, n_envs, start, size)
+            if p >= 0 and not (done[p] or trunc[p]):
+                q = p
+            out[i, k] = q
+
+
+@njit_kernel
+def window_rows_cpu(starts, t_len, within, done, trunc, ring_base, n_demo, ring_cap,  # type: ignore[no-untyped-def]
+                    n_envs, start, size, cut_first, rows, is_first, is_pad):
+    """Rows of windows of ``t_len`` consecutive steps of one stream from ``starts``.
+
+    ``rows`` int64 ``(B, T)``; ``is_first`` bool ``(B, T)``: the row begins an episode (the
+    previous row of its stream ended one, or the stream has no earlier row and
+    ``cut_first`` says the first held row is a true start: index 0 the demo stream, 1 + e
+    env ``e``); ``is_pad`` bool ``(B, T)``: with ``within`` the window stops after an
+    episode's last row or at the write head and the remaining entries repeat that row.
+    """
+    for i in range(starts.shape[0]):
+        q = starts[i]
+        pad = False
+        for k in range(t_len):
+            rows[i, k] = q
+            is_pad[i, k] = pad
+            if pad:
+                is_first[i, k] = False
+                continue
+            p = neighbour(q, -1, ring_base, n_demo, ring_cap, n_envs, start, size)
+            if p >= 0:
+                is_first[i, k] = done[p] or trunc[p]
+            elif q < ring_base:
+                is_first[i, k] = cut_first[0]
+            else:
+                j = q - ring_base - start
+                if j < 0:
+                    j += ring_cap
+                is_first[i, k] = cut_first[1 + j % n_envs]
+            nq = neighbour(q, 1, ring_base, n_demo, ring_cap, n_envs, start, size)
+            if within and (done[q] or trunc[q] or nq < 0):
+                pad = True
+            elif nq >= 0:
+                q = nq
