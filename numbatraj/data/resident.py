@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numba
 import numpy as np
 
+from numbatraj._checks import host_buffer
 from numbatraj._cuda import is_device_array
 from numbatraj._jit import parallel_region, parallel_threads
 from numbatraj.data.index_batch import IndexBatch
@@ -87,18 +88,19 @@ def _position(shape: tuple[int, ...], flat: int) -> object:
     return tuple(int(i) for i in np.unravel_index(flat, shape))
 
 
-def out_array(
-    out: np.ndarray | None, shape: tuple[int, ...], dtype: np.dtype, what: str
-) -> np.ndarray:
-    """``out`` checked against ``shape``/``dtype`` (C-contiguous, writeable), or a new array."""
+def out_array(out: Any, shape: tuple[int, ...], dtype: np.dtype, what: str) -> np.ndarray:
+    """``out`` checked against ``shape``/``dtype`` (C-contiguous, writeable), or a new array.
+
+    ``out`` may be a numpy array, a writable torch CPU tensor or any host DLPack / array
+    interface exporter (:func:`numbatraj._checks.host_buffer`); the result is a view of it.
+    """
     if out is None:
         return np.empty(shape, dtype=dtype)
     if type(out) is np.ndarray and out.shape == shape and out.dtype == dtype and (
         out.flags.c_contiguous and out.flags.writeable
     ):
         return out
-    if not isinstance(out, np.ndarray):
-        raise SchemaError(f"{what}: out must be a numpy array, got {type(out).__name__}")
+    out = host_buffer(out, f"{what}: out")
     if out.dtype != dtype or out.shape != shape:
         raise SchemaError(
             f"{what}: out is {out.dtype.name} {out.shape}, expected {dtype.name} {shape}"

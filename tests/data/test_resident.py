@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -394,3 +395,50 @@ def test_set_num_threads_policy(monkeypatch):
     finally:
         numbatraj.set_num_threads(None)
 
+
+
+# ------------------------------------------------------------------ caller buffers: torch, DLPack
+def test_gather_writes_into_torch_and_dlpack_buffers(rng):
+    torch = pytest.importorskip("torch", reason="torch is not installed (numbatraj[torch])")
+    data = rng.standard_normal((100, 3)).astype(np.float32)
+    col = ResidentColumn(data)
+    idx = np.array([5, 0, 99, 5])
+    out = torch.zeros((4, 3), dtype=torch.float32)
+    res = col.gather(idx, out=out)
+    np.testing.assert_array_equal(out.numpy(), data[idx])  # written in place
+    assert res.ctypes.data == out.data_ptr()
+
+    class Exporter:  # any host DLPack exporter
+        def __init__(self, a):
+            self.a = a
+
+        def __dlpack__(self, **kw):
+            return self.a.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return self.a.__dlpack_device__()
+
+    buf = np.zeros((4, 3), np.float32)
+    col.gather(idx, out=Exporter(buf))
+    np.testing.assert_array_equal(buf, data[idx])
+
+
+@pytest.mark.parametrize(
+    ("make", "needle"),
+    [
+        (lambda t: t.zeros((4, 3), dtype=t.float64), "out is float64 (4, 3), expected float32"),
+        (lambda t: t.zeros((4, 2), dtype=t.float32), "expected float32 (4, 3)"),
+        (lambda t: t.zeros((4, 3), dtype=t.float32, requires_grad=True), "requires grad"),
+        (lambda t: t.zeros((3, 4), dtype=t.float32).T, "contiguous"),
+        (lambda t: "not a buffer", "must be a numpy array, a torch CPU tensor"),
+    ],
+)
+def test_gather_refuses_bad_torch_buffers(make, needle, rng):
+    torch = pytest.importorskip("torch", reason="torch is not installed (numbatraj[torch])")
+    col = ResidentColumn(rng.standard_normal((100, 3)).astype(np.float32))
+    out = make(torch)
+    before = out.clone() if isinstance(out, torch.Tensor) else None
+    with pytest.raises(SchemaError, match=re.escape(needle)):
+        col.gather(np.array([1, 2, 3, 4]), out=out)
+    if before is not None:
+        assert torch.equal(out.detach(), before.detach())  # nothing written
