@@ -27,6 +27,9 @@ class GuardedH11Protocol(H11Protocol):
 
     #: Seconds a connection may take to send a complete request head.
     head_timeout = 5.0
+    #: A request line plus headers larger than this is refused (h11 bounds only a head
+    #: that is still incomplete).
+    max_head_bytes = 32 << 10
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -42,6 +45,11 @@ class GuardedH11Protocol(H11Protocol):
                 raise
             if isinstance(event, h11.Request):
                 self._disarm()
+                size = len(event.target) + sum(len(k) + len(v) + 4 for k, v in event.headers)
+                if size > self.max_head_bytes:
+                    self._bad_request = (f"request head of {size} bytes exceeds "
+                                         f"{self.max_head_bytes}")
+                    raise h11.RemoteProtocolError(self._bad_request, 431)
             return event
 
         self.conn.next_event = watched  # type: ignore[method-assign]

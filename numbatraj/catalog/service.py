@@ -95,6 +95,7 @@ class CatalogService:
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             self._sock.bind((host, port))
+            self._sock.listen(4096)  # connections queue from now on, before uvicorn starts
         except OSError:
             self._sock.close()
             self.db.close()

@@ -260,6 +260,8 @@ def parallel_fetch(
                             os.pwrite(fd, chunk, pos)
                             pos += len(chunk)
                             bar.add(len(chunk))
+                            if pos > b:
+                                break
                     if pos > b:
                         return
                     err = f"range ended at byte {pos} of {b + 1}"
