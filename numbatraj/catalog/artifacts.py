@@ -200,7 +200,10 @@ class ArtifactRoutes:
             upload = self.objects.presign_put(key, self.put_expiry_s, digest, size).public()
         return 201, {**self._public(rec), "token": up.token, "upload": upload}
 
-    def _own_upload(self, name: str, version: str, body: dict[str, Any]) -> Upload:
+    def _own_upload(self, name: str, version: str,
+                    body: dict[str, Any]) -> Upload | DatasetRecord:
+        """The registration ``body["token"]`` names, or the ready row when that is gone
+        and the row holds ``body["sha256"]``; 409 when another digest won, else 404."""
         token = body.get("token")
         if not isinstance(token, str):
             raise HTTPError(400, f"token must be the string register returned, got {token!r}")
@@ -208,7 +211,10 @@ class ArtifactRoutes:
         if up is None or (up.kind, up.name, up.version) != (self.kind, name, version):
             rec = self.db.get(name, version, self.kind)
             if rec is not None and rec.status == "ready":
-                raise self._lost(rec, None)
+                mine = body.get("sha256")
+                if mine == rec.sha256:
+                    return rec
+                raise self._lost(rec, mine if isinstance(mine, str) else None)
             raise HTTPError(404, f"no open registration of {self.what} {name!r} "
                             f"version {version!r} has that token")
         return up
@@ -223,6 +229,9 @@ class ArtifactRoutes:
 
     def _parts(self, name: str, version: str, body: dict[str, Any]) -> dict[str, Any]:
         up = self._own_upload(name, version, body)
+        if isinstance(up, DatasetRecord):
+            raise HTTPError(409, f"{self.what} {name!r} version {version!r} is already ready "
+                            "with these bytes")
         if up.multipart_id is None or up.part_size is None:
             raise HTTPError(400, "this registration is a single PUT, not a multipart upload")
         n_parts = max(1, math.ceil(up.bytes / up.part_size))
@@ -241,6 +250,8 @@ class ArtifactRoutes:
 
     def _abort(self, name: str, version: str, body: dict[str, Any]) -> dict[str, Any]:
         up = self._own_upload(name, version, body)
+        if isinstance(up, DatasetRecord):
+            return {"aborted": False}
         if up.multipart_id is not None:
             self.objects.abort_multipart(up.object_key, up.multipart_id)
         self.db.drop_upload(up.token)
@@ -264,7 +275,10 @@ class ArtifactRoutes:
             if up is None:
                 raise HTTPError(409, f"{name} {version} stays pending: no open registration")
         else:
-            up = self._own_upload(name, version, body)
+            found = self._own_upload(name, version, body)
+            if isinstance(found, DatasetRecord):
+                return self._public(found)  # the same bytes won; this registration is gone
+            up = found
             if claimed is not None and claimed != up.sha256:
                 raise HTTPError(400, f"sha256 {claimed} is not the registered {up.sha256}")
             if rec.status == "ready":
