@@ -10,7 +10,6 @@ stored, so a push killed halfway sends only the missing parts when run again.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import tarfile
@@ -68,8 +67,9 @@ class Progress:
             self._bar.close()
 
 
-class _Slice(io.RawIOBase):
-    """``size`` bytes of ``path`` from ``offset``, as a body requests can stream."""
+class _Slice:
+    """``size`` bytes of ``path`` from ``offset``, as a body requests can stream (a plain
+    object with ``read`` and ``__len__``: no ``tell``, which requests would trust)."""
 
     def __init__(self, path: str, offset: int, size: int, progress: Progress) -> None:
         self._f = open(path, "rb")  # noqa: SIM115 - closed by close()
@@ -80,9 +80,6 @@ class _Slice(io.RawIOBase):
     def __len__(self) -> int:
         return self._left
 
-    def readable(self) -> bool:
-        return True
-
     def read(self, n: int = -1) -> bytes:
         n = self._left if n is None or n < 0 else min(n, self._left)
         data = self._f.read(n)
@@ -92,7 +89,6 @@ class _Slice(io.RawIOBase):
 
     def close(self) -> None:
         self._f.close()
-        super().close()
 
 
 # -- the resume sidecar -----------------------------------------------------------------
