@@ -105,7 +105,7 @@ def schema_version(transaction: Callable[[], AbstractContextManager[_Tx]]) -> in
 def migrate(
     transaction: Callable[[], AbstractContextManager[_Tx]],
     *,
-    lock: Callable[[_Tx], None] | None = None,
+    lock: Callable[[Any], None] | None = None,
     now: Callable[[], float],
 ) -> list[int]:
     """Apply the missing migrations in order; returns the versions applied now.

@@ -205,6 +205,7 @@ class FileObjects:
             expires = int(q.get("expires", ""))
         except ValueError:
             return "the URL is not signed (no expiry)", q
+        extra: dict[str, str]
         if method == "PUT" and "upload" in q:
             method = "PART"
             extra = {k: q[k] for k in ("part", "upload") if k in q}

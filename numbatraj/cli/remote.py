@@ -147,5 +147,6 @@ def register(subparsers: Any) -> None:
     desc = sub("describe", "metadata of a ready version")
     desc.add_argument("name")
     desc.add_argument("--version", default=None)
-    desc.add_argument("--json", action="store_true", help="JSON (the default output; accepted as list takes it)")
+    desc.add_argument("--json", action="store_true",
+                      help="JSON (the default output; accepted as list takes it)")
     desc.set_defaults(func=_cmd_describe)

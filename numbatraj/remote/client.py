@@ -10,6 +10,7 @@ never carries the API key (presigned URLs need none).
 
 from __future__ import annotations
 
+import builtins
 import os
 import tempfile
 import threading
@@ -260,7 +261,9 @@ class RemoteCatalog:
             params["alias"] = check_alias(alias)
         return self.request("GET", artifact_route(kind, name), params=params)
 
-    def list_artifacts(self, kind: str, name: str | None = None) -> list[dict[str, Any]]:
+    def list_artifacts(
+        self, kind: str, name: str | None = None
+    ) -> builtins.list[dict[str, Any]]:
         """Every row of ``kind`` (pending included), each with its ``aliases``."""
         params = {} if name is None else {"name": check_name(name)}
         ans = self.request("GET", artifact_base(kind), params=params)
@@ -359,7 +362,9 @@ class RemoteCatalog:
                                  headers=headers, session=self.transfers, **opts)
         return PullResult(res.path, rec, res.bytes_downloaded, False)
 
-    def fetch_many(self, files: Iterable[tuple[Mapping[str, Any], str]]) -> list[FetchResult]:
+    def fetch_many(
+        self, files: Iterable[tuple[Mapping[str, Any], str]]
+    ) -> builtins.list[FetchResult]:
         """Download several ``(entry, dest)`` at once (``entry``: ``sha256``, ``bytes``,
         ``download``), ``workers`` at a time over the shared transfer session."""
         jobs = list(files)

@@ -19,6 +19,7 @@ from numbatraj.errors import CatalogAuthError, CatalogError, CatalogRequestError
 from numbatraj.remote import RemoteCatalog
 from tests.catalog.conftest import Catalog
 from tests.catalog.pg import RESTART, URL
+
 try:
     import psycopg  # type: ignore[import-not-found]
 except ModuleNotFoundError:
