@@ -81,7 +81,7 @@ def test_download_throughput(benchmark, ratios: Ratios, served, tmp_path: Path) 
     ratios.record(GROUP, "requests -> file + fsync at the end", med["plain+fsync"],
                   nbytes=N_BYTES, note="what durability costs on this disk")
     ratios.record(GROUP, "numbatraj fetch (sha256, fsync+DONTNEED every 32 MiB)", med["fetch"],
-                  nbytes=N_BYTES, note="target >= 0.8x speed")
+                  nbytes=N_BYTES, note="no target (see the pooch/hf comparison below)")
     ratios.record(GROUP, "numbatraj fetch, sync_every=0 (final fsync only)",
                   med["fetch-nosync"], nbytes=N_BYTES)
     ratios.record(GROUP, "sha256 alone, in memory", sha_s, nbytes=N_BYTES,
