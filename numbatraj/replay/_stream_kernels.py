@@ -20,6 +20,7 @@ from numbatraj._jit import njit_kernel
 __all__ = [
     "neighbour",
     "nstep_cpu",
+    "nstep_row_py",
     "next_rows_cpu",
     "stack_rows_cpu",
     "window_rows_cpu",
@@ -65,6 +66,39 @@ def logical_to_physical_cpu(idx, n_first, ring_base, ring_cap, start, out):  # t
             out[i] = ring_base + s
 
 
+def nstep_row_py(i, q, n, gamma, reward, done, trunc, ring_base, n_demo, ring_cap, n_envs,  # type: ignore[no-untyped-def]
+                 start, size, ret, disc, last):
+    """n-step target of physical row ``q`` into lane ``i``: ``ret[i]``, ``disc[i]``,
+    ``last[i]``.
+
+    The window is ``q, q+1, ..., q+m-1`` of the same stream, ``m <= n``, stopping after a
+    ``done`` or ``truncated`` row and at the newest held row of the stream.
+    ``ret[i] = sum_k gamma**k reward[q+k]`` (a float64 sum, stored in ``ret``'s dtype),
+    ``disc[i]`` ``gamma**m`` or 0 when the window ended on ``done``, ``last[i]`` the row
+    ``q+m-1``.  One body for the host (:func:`nstep_cpu`) and the device (``_ring_cuda``).
+    """
+    g = 1.0
+    acc = 0.0
+    d = -1.0
+    for _ in range(n):
+        acc += g * reward[q]
+        last[i] = q
+        if done[q]:
+            d = 0.0
+            break
+        g *= gamma
+        if trunc[q]:
+            break
+        nq = neighbour(q, 1, ring_base, n_demo, ring_cap, n_envs, start, size)
+        if nq < 0:
+            break
+        q = nq
+    ret[i] = acc
+    disc[i] = g if d < 0 else 0.0
+
+
+
+
 @njit_kernel
 def nstep_cpu(idx, n, gamma, reward, done, trunc, ring_base, n_demo, ring_cap, n_envs,  # type: ignore[no-untyped-def]
               start, size, ret, disc, last):
@@ -74,27 +108,46 @@ def nstep_cpu(idx, n, gamma, reward, done, trunc, ring_base, n_demo, ring_cap, n
     stopping after a ``done`` or ``truncated`` row and at the newest held row of the
     stream.  ``ret[i] = sum_k gamma**k reward[t+k]`` (float64 sum, stored float32),
     ``disc[i] = gamma**m`` or 0 when the window ended on ``done``, ``last[i] = t+m-1``.
+
+    Lanes go in blocks of 64: a short loop first loads each lane's first and last possible
+    row, so the block's misses are in flight together (the walk alone keeps two or three
+    lanes' misses in flight); returns their checksum (unused).  The walk is
+    :func:`nstep_row_py`'s body (the device's), written out: calling that body
+    here, inlined or not, measured 4-8x slower over the n-step table (130-270 us against
+    35 us for 4096 lanes, one run, load 0.5); the tests hold the two to the same values.
     """
-    for i in range(idx.shape[0]):
-        q = idx[i]
-        g = 1.0
-        acc = 0.0
-        d = -1.0
-        for _ in range(n):
-            acc += g * reward[q]
-            last[i] = q
-            if done[q]:
-                d = 0.0
-                break
-            g *= gamma
-            if trunc[q]:
-                break
-            nq = neighbour(q, 1, ring_base, n_demo, ring_cap, n_envs, start, size)
-            if nq < 0:
-                break
-            q = nq
-        ret[i] = acc
-        disc[i] = g if d < 0 else 0.0
+    b = idx.shape[0]
+    cap = reward.shape[0]
+    chk = 0.0
+    for s in range(0, b, 64):
+        e = min(b, s + 64)
+        for i in range(s, e):  # touch each lane's first and last possible row
+            q = idx[i]
+            chk += reward[q]
+            q2 = q + (n - 1) * n_envs
+            if q2 < cap:
+                chk += reward[q2]
+        for i in range(s, e):
+            q = idx[i]
+            g = 1.0
+            acc = 0.0
+            d = -1.0
+            for _ in range(n):
+                acc += g * reward[q]
+                last[i] = q
+                if done[q]:
+                    d = 0.0
+                    break
+                g *= gamma
+                if trunc[q]:
+                    break
+                nq = neighbour(q, 1, ring_base, n_demo, ring_cap, n_envs, start, size)
+                if nq < 0:
+                    break
+                q = nq
+            ret[i] = acc
+            disc[i] = g if d < 0 else 0.0
+    return chk
 
 
 @njit_kernel
