@@ -121,7 +121,8 @@ class StoreReplay(ReplayFront):
     """
 
     _KIND = "StoreReplay"
-    _STREAMS = True
+    _OPTIONS = frozenset({"n_envs", "next_of", "frame_stack", "n_step", "sequences",
+                          "prioritized_sequences"})
 
     def __init__(
         self,
