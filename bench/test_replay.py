@@ -373,6 +373,7 @@ def test_sequences_256x64(benchmark, ratios, rows):
     benchmark(lambda: rep.sample_sequences(256, 64))
     ratios.record(G_SEQ, f"{rows:,} rows", benchmark, baseline=rows == 10**6, items=256,
                   note="target <= 5 ms at 10^8, within 1.5x of 10^6")
+    _record_torchrl(ratios, rows)
 
 
 def _rss() -> int:
@@ -449,15 +450,17 @@ def test_pix_stack_sb3(benchmark, ratios):
 TORCHRL_JSON = os.path.join(os.path.dirname(__file__), "results", "torchrl_slice.json")
 
 
-def test_sequences_torchrl_slice(ratios):
-    """TorchRL's SliceSampler on the same 16-byte rows (its figure from the JSON its own
-    venv's script wrote; the numbatraj row at the same size is measured in this run)."""
+def _record_torchrl(ratios, rows: int) -> None:
+    """TorchRL's SliceSampler on the same rows, from the JSON its own venv's script wrote
+    (``bench/torchrl_slice.py``), when it is there and at this size."""
     import json
 
     if not os.path.exists(TORCHRL_JSON):
-        pytest.skip(f"no {TORCHRL_JSON}: run bench/torchrl_slice.py in the TorchRL venv first")
+        return
     with open(TORCHRL_JSON) as f:
         res = json.load(f)
-    ratios.record(G_SEQ, f"TorchRL SliceSampler {res['rows']:,} rows (torch {res['torch']}, "
+    if res["rows"] != rows:
+        return
+    ratios.record(G_SEQ, f"TorchRL SliceSampler {rows:,} rows (torch {res['torch']}, "
                   f"torchrl {res['torchrl']})", res["median_s"], items=256,
-                  note=f"separate process, load {res['load']}")
+                  note=f"bench/torchrl_slice.py, its own process, load {res['load']:.1f}")
