@@ -373,6 +373,7 @@ def test_sequences_256x64(benchmark, ratios, rows):
     benchmark(lambda: rep.sample_sequences(256, 64))
     ratios.record(G_SEQ, f"{rows:,} rows", benchmark, baseline=rows == 10**6, items=256,
                   note="target <= 5 ms at 10^8, within 1.5x of 10^6")
+    _record_torchrl(ratios, rows)
 
 
 def _rss() -> int:
@@ -416,3 +417,50 @@ def test_pix_stack_numbatraj(benchmark, ratios):
     benchmark(lambda: rep.sample(PIX_BATCH))
     ratios.record(G_PIXSTACK, "StoreReplay next_of + frame_stack=4", benchmark,
                   items=PIX_BATCH, note=f"{per_row:,.0f} bytes/row (RSS growth)")
+
+
+def test_pix_stack_sb3(benchmark, ratios):
+    """SB3's ReplayBuffer(optimize_memory_usage=True): next_obs stored once (obs[t + 1]), the
+    4-stack stored whole (VecFrameStack's (12, 84, 84) observation), one add per step."""
+    gym = pytest.importorskip("gymnasium")
+    buffers = pytest.importorskip("stable_baselines3.common.buffers")
+    before = _rss()
+    stacked = (4 * PIX[0], *PIX[1:])
+    rb = buffers.ReplayBuffer(
+        PIX_CAP, gym.spaces.Box(0, 255, stacked, np.uint8),
+        gym.spaces.Box(-1.0, 1.0, (ACT,), np.float32), device="cpu", n_envs=1,
+        optimize_memory_usage=True, handle_timeout_termination=False)
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, (PIX_CHUNK + 4, *PIX), dtype=np.uint8)
+    obs = np.ascontiguousarray(np.lib.stride_tricks.sliding_window_view(
+        frames, 4, axis=0)[: PIX_CHUNK + 1].transpose(0, 4, 1, 2, 3).reshape(-1, 1, *stacked))
+    act = np.zeros((1, ACT), np.float32)
+    zero = np.zeros(1, np.float32)
+    for k in range(PIX_CAP):
+        j = k % PIX_CHUNK
+        rb.add(obs[j], obs[j + 1], act, zero, zero, [{}])
+    per_row = (_rss() - before) / PIX_CAP
+    rb.sample(PIX_BATCH)
+    benchmark(lambda: rb.sample(PIX_BATCH))
+    ratios.record(G_PIXSTACK, "SB3 ReplayBuffer(optimize_memory_usage=True)", benchmark,
+                  items=PIX_BATCH, note=f"{per_row:,.0f} bytes/row (RSS growth)")
+
+
+#: written by ``bench/torchrl_slice.py`` (run in its own venv, see its docstring)
+TORCHRL_JSON = os.path.join(os.path.dirname(__file__), "results", "torchrl_slice.json")
+
+
+def _record_torchrl(ratios, rows: int) -> None:
+    """TorchRL's SliceSampler on the same rows, from the JSON its own venv's script wrote
+    (``bench/torchrl_slice.py``), when it is there and at this size."""
+    import json
+
+    if not os.path.exists(TORCHRL_JSON):
+        return
+    with open(TORCHRL_JSON) as f:
+        res = json.load(f)
+    if res["rows"] != rows:
+        return
+    ratios.record(G_SEQ, f"TorchRL SliceSampler {rows:,} rows (torch {res['torch']}, "
+                  f"torchrl {res['torchrl']})", res["median_s"], items=256,
+                  note=f"bench/torchrl_slice.py, its own process, load {res['load']:.1f}")

@@ -73,8 +73,10 @@ class ReplayFront:
     """
 
     _KIND: ClassVar[str] = "StoreReplay"
-    #: the backend implements streams, next_of, frame stacks, n-step and sequences
-    _STREAMS: ClassVar[bool] = False
+    #: what the backend implements of the stream options: "n_envs", "next_of",
+    #: "frame_stack" (constructor), "n_step" (sample), "sequences" (sample_sequences),
+    #: "prioritized_sequences"
+    _OPTIONS: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(
         self,
@@ -105,10 +107,14 @@ class ReplayFront:
         specs = self._cols.specs
         self._streams = _st.stream_config(specs, self._cols.quant, self._r, n_envs, next_of,
                                           frame_stack)
-        if not self._streams.plain and not self._STREAMS:
+        st = self._streams
+        asked = [o for o, on in (("n_envs", st.n_envs > 1), ("next_of", bool(st.next_of)),
+                                 ("frame_stack", bool(st.frame_stack))) if on]
+        missing = [o for o in asked if o not in self._OPTIONS]
+        if missing:
             raise SchemaError(
-                f"{self._KIND} does not support n_envs > 1, next_of or frame_stack yet "
-                f"(got {self._streams.to_json()}); StoreReplay does"
+                f"{self._KIND} does not support {' or '.join(missing)} yet (got "
+                f"{st.to_json()}); StoreReplay does"
             )
         self._next_cols: ReplayColumns | None = None
         if self._streams.next_of:
@@ -300,8 +306,8 @@ class ReplayFront:
             if spec is None:
                 out[name] = v  # check_rows names it
                 continue
-            a = np.asarray(v)
-            shp = a.shape
+            a = v if hasattr(v, "__cuda_array_interface__") else np.asarray(v)
+            shp = tuple(a.shape)
             nd = len(spec.shape)
             if shp[1:] == spec.shape and len(shp) == nd + 1 and shp[0] == e:
                 out[name] = a
@@ -550,7 +556,7 @@ class ReplayFront:
             out = self._new_outputs(b)
             self._gather(batch.indices, out, b)
             return out, batch
-        out = block_outputs({n: (dt, (b, *shp)) for n, (dt, shp) in self._out_specs(ns).items()})
+        out = self._new_outputs_ext(b, ns)
         self._gather_ext(batch.indices, out, b, ns)
         return out, batch
 
@@ -587,7 +593,7 @@ class ReplayFront:
     def _check_nstep(self, n_step: int | None, gamma: float) -> tuple[int, float] | None:
         if n_step is None:
             return None
-        if not self._STREAMS:
+        if "n_step" not in self._OPTIONS:
             raise SamplerError(f"{self._KIND} does not support n_step yet; StoreReplay does")
         n = check_count("n_step", n_step)
         if "reward" not in self._cols.specs:
@@ -613,6 +619,10 @@ class ReplayFront:
             for c in _st.NSTEP_OUTPUTS:
                 out[c] = (np.dtype(np.float32), ())
         return out
+
+    def _new_outputs_ext(self, b: int, ns: tuple[int, float] | None) -> dict[str, Any]:
+        """Backend: new arrays for every output of :meth:`_out_specs`."""
+        return block_outputs({n: (dt, (b, *shp)) for n, (dt, shp) in self._out_specs(ns).items()})
 
     def _check_outputs_ext(self, outputs: Mapping[str, Any], b: int,
                            ns: tuple[int, float] | None) -> None:
@@ -654,10 +664,15 @@ class ReplayFront:
             ``indices`` int64 ``(B, T)`` physical rows, ``is_first``; when prioritized
             ``weights`` and ``stamps`` of the window starts.
         """
-        if not self._STREAMS:
+        if "sequences" not in self._OPTIONS:
             raise SamplerError(
-                f"{self._KIND}.sample_sequences is not supported on the device yet; use "
-                f"StoreReplay (or to_host())"
+                f"{self._KIND}.sample_sequences is not supported yet; use StoreReplay (or "
+                f"to_host())"
+            )
+        if self._prioritized and "prioritized_sequences" not in self._OPTIONS:
+            raise SamplerError(
+                f"{self._KIND}.sample_sequences on a prioritized replay (R2D2 window "
+                f"priorities) is not supported yet; StoreReplay does"
             )
         b = check_count("batch_size", batch_size)
         t = check_count("T", T)

@@ -402,25 +402,23 @@ def test_device_state_dict_resumes_the_streams(prioritized):
         np.testing.assert_array_equal(a, b)
 
 
-def test_stream_options_are_refused_on_the_device_with_a_clear_error():
-    # streams, next_of, frame stacks, n-step and sequences are host-only so far: the device
-    # replay says so before anything is allocated or drawn
+def test_stream_options_the_device_lacks_are_refused_with_a_clear_error():
+    # next_of and frame stacks are host-only so far (streams, n-step and sequences run on
+    # the device: tests/cuda/test_replay_gpu_streams.py); the device replay says so before
+    # anything is allocated or drawn
     from numbatraj.replay import StoreReplayGpu
 
-    for kw, what in [(dict(n_envs=2), "n_envs"), (dict(next_of={"nx": "obs"}), "next_of"),
-                     (dict(frame_stack={"obs": 2}), "frame_stack")]:
-        with pytest.raises(SchemaError, match=rf"StoreReplayGpu does not support.*{what}"):
+    for kw, what in [(dict(next_of={"nx": "obs"}), "next_of"),
+                     (dict(frame_stack={"obs": 2}), "frame_stack"),
+                     (dict(n_envs=2, frame_stack={"obs": 2}), "frame_stack")]:
+        with pytest.raises(SchemaError, match=rf"StoreReplayGpu does not support {what} yet"):
             StoreReplayGpu(sac_columns(), 8, **kw)
-    rep = StoreReplayGpu(sac_columns(), 8)
+    rep = StoreReplayGpu(sac_columns(), 8, prioritized=True)
     rep.add(**rows(0, 5))
     state = rep.state_array.copy_to_host()
-    with pytest.raises(SamplerError, match="does not support n_step yet; StoreReplay does"):
-        rep.sample(4, n_step=3)
-    with pytest.raises(SamplerError, match="sample_sequences is not supported on the device"):
+    with pytest.raises(SamplerError, match="prioritized replay .* not supported yet"):
         rep.sample_sequences(2, 3)
     np.testing.assert_array_equal(rep.state_array.copy_to_host(), state)  # nothing drawn
-    host = rep.to_host()  # the host replay does both on the same rows
-    out, _ = host.sample(4, n_step=2)
-    assert out["return"].shape == (4,)
+    host = rep.to_host()  # the host replay does it on the same rows
     seq, _ = host.sample_sequences(2, 3)
     assert seq["obs"].shape == (2, 3, 3)

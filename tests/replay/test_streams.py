@@ -366,3 +366,44 @@ def test_streams_with_ere_and_a_demo_split(prioritized, rng):
         out, _ = rep.sample(32, k=1, K=2, n_step=4, gamma=0.8)
         assert (out["obs"][:, 0] >= 10_000).sum() == 8  # floor(0.25 * 32 + 0.5) demos
         _check_transitions(rep, model, out, 4, 0.8, 0)
+
+
+@pytest.mark.parametrize("rdt", [np.float32, np.float64])
+def test_nstep_table_follows_every_write_and_load(rdt, rng, tmp_path):
+    """The n-step table (built at the first n-step draw) equals the stored reward / done /
+    truncated after one-row adds, batches that wrap, demos and a load."""
+    cols = [ColumnSpec("obs", np.float32, (2,)), ColumnSpec("reward", rdt, ()),
+            ColumnSpec("done", np.bool_, ()), ColumnSpec("truncated", np.bool_, ())]
+    rep = StoreReplay(cols, 37, demo_capacity=5)
+
+    def rows(n):
+        return {"obs": rng.standard_normal((n, 2), dtype=np.float32),
+                "reward": (rng.standard_normal(n) * 100).astype(rdt),
+                "done": rng.random(n) < 0.2, "truncated": rng.random(n) < 0.1}
+
+    def check(r):
+        rew, done, trunc = r._nstep_arrays()
+        np.testing.assert_array_equal(rew, r._data["reward"].astype(rew.dtype))
+        np.testing.assert_array_equal(done, r._data["done"])
+        np.testing.assert_array_equal(trunc, r._data["truncated"])
+
+    rep.add(**rows(7))
+    rep.sample(4, n_step=2, gamma=0.9)
+    assert rep._nsc is not None
+    for _ in range(40):
+        one = {k: v[0] for k, v in rows(1).items()}
+        rep.add(**one)
+    rep.add(**rows(50))  # more than the ring: the newest win
+    rep.add(**rows(13))  # wraps
+    rep.add_demos(**rows(3))
+    check(rep)
+    rep.sample(4, n_step=2, gamma=0.9)
+    path = tmp_path / "r.h5"
+    rep.save(path)
+    back = StoreReplay.load(path)
+    assert back._nsc is None
+    a = rep.sample(64, n_step=3, gamma=0.9)[0]
+    b = back.sample(64, n_step=3, gamma=0.9)[0]
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
+    check(back)
