@@ -170,8 +170,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_range(data)
                 return
             body = data[start:]
-            self.send_response(206 if start else 200)
-            if start:
+            ranged = self._range_start() is not None  # "bytes=0-..." is a range request too
+            self.send_response(206 if ranged else 200)
+            if ranged:
                 self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
