@@ -162,3 +162,29 @@ def test_batched_find_takes_the_per_draw_descent_path(capacity, rng):
         expect = np.array([descend(t.sums, p, x) for x in m])
         np.testing.assert_array_equal(out, expect)
         np.testing.assert_array_equal(leafvals, t.sums[p + out])
+
+
+def test_prefetching_paths_are_exact_past_the_prefetch_distance(rng):
+    # batches several times PREFETCH_AHEAD, on a tree whose lower levels take the prefetching
+    # loops: the descent still equals the per-draw body and searchsorted, and updates (with
+    # duplicates) still give the nodes of a rebuild from the reference leaves
+    from numbatraj.samplers.kernels import descend
+
+    cap = 3 * 2**13 + 5
+    b = 4 * K.PREFETCH_AHEAD + 3
+    v = rng.random(cap) ** 3
+    v[rng.random(cap) < 0.2] = 0.0
+    t = _tree_from(v)
+    p = t.n_leaves_padded
+    m = np.sort(rng.random(b)) * t.total
+    out = np.empty(b, dtype=np.int64)
+    K._sumtree_find_cpu(t.sums, p, m.copy(), out, np.empty(b))
+    np.testing.assert_array_equal(out, [descend(t.sums, p, x) for x in m])
+    rows = rng.integers(0, cap, size=b)
+    rows[-40:] = rows[:40]  # repeated rows: the last value wins
+    vals = rng.random(b)
+    t.update(rows, vals)
+    v[rows] = vals  # numpy fancy assignment: the last duplicate wins too
+    sums, mins = sumtree_nodes_ref(v, np.ones(cap, dtype=bool), p)
+    np.testing.assert_array_equal(t.sums, sums)
+    np.testing.assert_array_equal(t.mins, mins)
