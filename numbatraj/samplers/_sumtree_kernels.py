@@ -86,35 +86,63 @@ def _sumtree_build_cpu(sums, mins, p):  # type: ignore[no-untyped-def]
 
 
 @njit_kernel
-def _recompute_ancestors_cpu(sums, mins, p, nodes):  # type: ignore[no-untyped-def]
-    """Recompute the ancestors of leaf nodes ``nodes`` (0 entries are skipped).
+def _recompute_ancestors_cpu(sums, mins, p, rows, nodes):  # type: ignore[no-untyped-def]
+    """Recompute the ancestors of the leaves ``rows`` after their values were written.
 
-    All leaves must already hold their final values.  ``nodes`` (int64) is scratch.  While
-    a level is wider than the number of updates ``k``, every update moves up one level at a
-    time (their loads overlap); once a level holds at most ``k`` nodes, the whole top of the
-    tree above it is rebuilt in index order, which costs fewer than ``2k`` node updates
-    instead of ``k`` per remaining level.  In the per-update levels the parent of update
-    ``j + PREFETCH_AHEAD`` is prefetched for writing in both trees (its children's line is
-    the one written a level below, already in cache).
+    All leaves must already hold their final values.  ``rows`` (int64, leaf numbers) is read
+    only; a row whose leaf did not change may be among them (its ancestors come out the
+    same).  ``nodes`` (int64, ``rows``' length) holds the leaf nodes ``P + row`` whose
+    minimum changed, 0 for entries to skip; it is scratch.  While a level is wider than the
+    number of updates ``k``, every update moves up one level at a time (their loads overlap),
+    the parent of update ``j + PREFETCH_AHEAD`` prefetched for writing (its children's line
+    is the one written a level below, in cache); once a level holds at most ``k`` nodes, the
+    whole top of the tree above it is rebuilt in index order, which costs fewer than ``2k``
+    node updates instead of ``k`` per remaining level.
+
+    The sums go up every level.  The minima go up only while they change: ``nodes`` is
+    compacted each level to the updates whose node's minimum moved (a zero always counts as
+    moved: ``0.0 == -0.0`` while their bits differ).  A node's minimum can change only if a
+    child's did, and the first update to recompute a changed child sees the change and
+    keeps it in the list, so every node whose children changed is still recomputed, after
+    them: the min-tree is bit for bit what recomputing every ancestor gives.  A subtree's
+    minimum seldom moves past a few levels, so at 2**24 leaves an update touches about three
+    lines of the min-tree (which no descent reads: each is a cache miss) instead of one per
+    level.  The list is kept by a branch-free compaction, not a test per update: whether a
+    minimum moved is a coin flip low in the tree.
     """
-    k = nodes.shape[0]
+    k = rows.shape[0]
     d = PREFETCH_AHEAD
+    c = 0
+    for j in range(k):
+        v = nodes[j]
+        nodes[c] = v
+        c += v > 0
     width = p
+    shift = 0
     while width > 1 and width > k:
+        shift += 1
         for j in range(min(d, k)):
-            _prefetch_write(sums, nodes[j] >> 1)
-            _prefetch_write(mins, nodes[j] >> 1)
+            _prefetch_write(sums, (p + rows[j]) >> shift)
         for j in range(k):
             if j + d < k:
-                _prefetch_write(sums, nodes[j + d] >> 1)
+                _prefetch_write(sums, (p + rows[j + d]) >> shift)
+            n = (p + rows[j]) >> shift
+            sums[n] = sums[2 * n] + sums[2 * n + 1]
+        for j in range(min(d, c)):
+            _prefetch_write(mins, nodes[j] >> 1)
+        live = 0
+        for j in range(c):
+            if j + d < c:
                 _prefetch_write(mins, nodes[j + d] >> 1)
             n = nodes[j] >> 1
-            nodes[j] = n
-            if n >= 1:
-                sums[n] = sums[2 * n] + sums[2 * n + 1]
-                a = mins[2 * n]
-                b = mins[2 * n + 1]
-                mins[n] = a if a < b else b
+            a = mins[2 * n]
+            b = mins[2 * n + 1]
+            m = a if a < b else b
+            old = mins[n]
+            mins[n] = m
+            nodes[live] = n
+            live += (m != old) | (m == 0.0)
+        c = live
         width >>= 1
     for n in range(width - 1, 0, -1):
         sums[n] = sums[2 * n] + sums[2 * n + 1]
@@ -134,7 +162,7 @@ def _sumtree_update_cpu(sums, mins, p, leaves, values, nodes):  # type: ignore[n
         sums[n] = values[j]
         mins[n] = values[j]
         nodes[j] = n
-    _recompute_ancestors_cpu(sums, mins, p, nodes)
+    _recompute_ancestors_cpu(sums, mins, p, leaves, nodes)
 
 
 @njit_kernel
@@ -269,7 +297,7 @@ def _add_rows_cpu(sums, mins, p, gen, present, rows, value, nodes):  # type: ign
         sums[p + r] = value
         mins[p + r] = value
         nodes[j] = p + r
-    _recompute_ancestors_cpu(sums, mins, p, nodes)
+    _recompute_ancestors_cpu(sums, mins, p, rows, nodes)
     return fresh
 
 
@@ -308,7 +336,7 @@ def _update_rows_cpu(sums, mins, p, gen, rows, priorities, eps, alpha, stamps, c
         n = nodes[j]
         if n > 0:
             mins[n] = sums[n]
-    _recompute_ancestors_cpu(sums, mins, p, nodes)
+    _recompute_ancestors_cpu(sums, mins, p, rows, nodes)
     maxp[0] = top
     return skipped
 

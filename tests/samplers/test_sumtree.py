@@ -188,3 +188,23 @@ def test_prefetching_paths_are_exact_past_the_prefetch_distance(rng):
     sums, mins = sumtree_nodes_ref(v, np.ones(cap, dtype=bool), p)
     np.testing.assert_array_equal(t.sums, sums)
     np.testing.assert_array_equal(t.mins, mins)
+
+
+def test_minima_stop_early_yet_match_a_rebuild_bit_for_bit(rng):
+    # an update stops carrying the min-tree up once a minimum stays put; signed zeros (equal
+    # as floats, different bits), duplicates and unchanged values must still leave every
+    # node's bits those of a rebuild from the leaves
+    cap = 2**12 + 3
+    t = SumTree(cap)
+    t.update(np.arange(cap), rng.random(cap))
+    for _ in range(30):
+        k = int(rng.integers(1, 3 * K.PREFETCH_AHEAD))
+        rows = rng.integers(0, cap, size=k)
+        vals = rng.choice([0.0, -0.0, 0.5, 1.0, 2.0], size=k) * rng.integers(0, 2, size=k)
+        vals = np.where(rng.random(k) < 0.5, vals, rng.random(k))
+        rows[: k // 4] = rows[k - k // 4 :][::-1] if k >= 4 else rows[: k // 4]
+        t.update(rows, vals)
+        sums, mins = t.sums.copy(), t.mins.copy()
+        t.rebuild()
+        np.testing.assert_array_equal(sums.view(np.int64), t.sums.view(np.int64))
+        np.testing.assert_array_equal(mins.view(np.int64), t.mins.view(np.int64))
