@@ -105,7 +105,7 @@ def _recompute_ancestors_cpu(sums, mins, p, rows, nodes):  # type: ignore[no-unt
     child's did, and the first update to recompute a changed child sees the change and
     keeps it in the list, so every node whose children changed is still recomputed, after
     them: the min-tree is bit for bit what recomputing every ancestor gives.  A subtree's
-    minimum seldom moves past a few levels, so at 2**24 leaves an update touches about three
+    minimum seldom moves past a few levels, so at 2**24 leaves an update touches a few
     lines of the min-tree (which no descent reads: each is a cache miss) instead of one per
     level.  The list is kept by a branch-free compaction, not a test per update: whether a
     minimum moved is a coin flip low in the tree.
