@@ -577,10 +577,12 @@ class ReplayFront:
         b = check_count("batch_size", batch_size)
         ns = self._check_nstep(n_step, gamma)
         plain = ns is None and self._streams.plain
+        # the checks hand back the arrays the kernels write through (a torch tensor's or a
+        # DLPack exporter's view on the host, a CUDA-array-interface view on the device)
         if plain:
-            self._check_outputs(outputs, b)
+            outputs = self._check_outputs(outputs, b)
         else:
-            self._check_outputs_ext(outputs, b, ns)
+            outputs = self._check_outputs_ext(outputs, b, ns)
         batch = self._reused_batch(b)
         self._check_drawable()
         self._draw(batch, k, K)
@@ -625,14 +627,14 @@ class ReplayFront:
         return block_outputs({n: (dt, (b, *shp)) for n, (dt, shp) in self._out_specs(ns).items()})
 
     def _check_outputs_ext(self, outputs: Mapping[str, Any], b: int,
-                           ns: tuple[int, float] | None) -> None:
+                           ns: tuple[int, float] | None) -> dict[str, Any]:
         specs = self._out_specs(ns)
         if set(outputs) != set(specs):
             raise SchemaError(
                 f"sample_into: outputs has columns {sorted(outputs)}, expected {sorted(specs)}"
             )
-        for name, (dt, shp) in specs.items():
-            self._check_output(name, outputs[name], dt, (b, *shp))
+        return {name: self._check_output(name, outputs[name], dt, (b, *shp))
+                for name, (dt, shp) in specs.items()}
 
     def _gather_ext(self, idx: Any, outputs: Mapping[str, Any], b: int,
                     ns: tuple[int, float] | None) -> None:
@@ -698,19 +700,20 @@ class ReplayFront:
                 "add() rows first"
             )
 
-    def _check_outputs(self, outputs: Mapping[str, Any], b: int) -> None:
+    def _check_outputs(self, outputs: Mapping[str, Any], b: int) -> dict[str, Any]:
         if set(outputs) != set(self._cols.names):
             raise SchemaError(
                 f"sample_into: outputs has columns {sorted(outputs)}, expected "
                 f"{sorted(self._cols.names)}"
             )
-        for name, spec in self._cols.specs.items():
-            self._check_output(name, outputs[name], self._cols.sample_dtype(name),
-                               (b, *spec.shape))
+        return {name: self._check_output(name, outputs[name], self._cols.sample_dtype(name),
+                                         (b, *spec.shape))
+                for name, spec in self._cols.specs.items()}
 
     def _check_output(self, name: str, out: Any, dtype: np.dtype,
-                      shape: tuple[int, ...]) -> None:
-        """Backend: one ``sample_into`` output (SchemaError naming ``outputs[name]``)."""
+                      shape: tuple[int, ...]) -> Any:
+        """Backend: one ``sample_into`` output checked (SchemaError naming
+        ``outputs[name]``); returns the array the kernels write through."""
         raise NotImplementedError
 
     def _index_batch(self, b: int) -> IndexBatch:

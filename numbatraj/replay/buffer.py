@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from numbatraj._checks import check_real
+from numbatraj._checks import as_host_values, check_real, host_buffer
 from numbatraj.data.column import ColumnSpec
 from numbatraj.data.index_batch import IndexBatch
 from numbatraj.errors import IntegrityError, SamplerError, SchemaError
@@ -457,14 +457,17 @@ class StoreReplay(ReplayFront):
                               for n, s in self._cols.specs.items()})
 
     def _check_output(self, name: str, out: Any, dtype: np.dtype,
-                      shape: tuple[int, ...]) -> None:
-        if not isinstance(out, np.ndarray) or out.dtype != dtype or out.shape != shape:
+                      shape: tuple[int, ...]) -> np.ndarray:
+        if type(out) is not np.ndarray:  # a torch CPU tensor or DLPack exporter: its view
+            out = host_buffer(out, f"sample_into: outputs[{name!r}]")
+        if out.dtype != dtype or out.shape != shape:
             got = f"{out.dtype} {out.shape}" if isinstance(out, np.ndarray) else type(out).__name__
             raise SchemaError(
                 f"sample_into: outputs[{name!r}] is {got}, expected {dtype.name} {shape}"
             )
         if not out.flags.c_contiguous or not out.flags.writeable:
             raise SchemaError(f"sample_into: outputs[{name!r}] must be C-contiguous, writeable")
+        return out
 
     def update_priorities(self, batch: IndexBatch | Any, priorities: Any, *,
                           eta: float = 0.9) -> int:
@@ -477,6 +480,7 @@ class StoreReplay(ReplayFront):
         """
         self._need_prioritized()
         assert self._per is not None
+        priorities = as_host_values(priorities)  # a torch tensor: detached, on the host
         if isinstance(batch, IndexBatch) and np.ndim(batch.indices) == 2:
             return self._update_windows(batch, priorities, eta)
         return int(self._per.update_priorities(batch, priorities))

@@ -242,7 +242,9 @@ class StoreReplayGpu(ReplayFront):
             )
         rc._next_draw_cuda[1, 1](self._istate)
 
-    def _check_output(self, name: str, o: Any, dt: np.dtype, shape: tuple[int, ...]) -> None:
+    def _check_output(self, name: str, o: Any, dt: np.dtype, shape: tuple[int, ...]) -> Any:
+        if not is_device_array(o) and hasattr(o, "__cuda_array_interface__"):
+            o = get_cuda().as_cuda_array(o)  # a torch CUDA tensor, CuPy...: a zero-copy view
         if not is_device_array(o):
             raise SchemaError(
                 f"sample_into: outputs[{name!r}] must be a device array, got "
@@ -253,6 +255,7 @@ class StoreReplayGpu(ReplayFront):
                 f"sample_into: outputs[{name!r}] is {np.dtype(o.dtype).name} "
                 f"{tuple(o.shape)}, expected a C-contiguous {dt.name} {shape}"
             )
+        return o
 
     def _gather(self, idx: Any, outputs: Mapping[str, Any], b: int) -> None:
         rc = self._rc
