@@ -423,6 +423,8 @@ class TrajectoryStoreWriter:
         rows were appended after the last :meth:`end_episode`; :class:`SchemaError` (and
         stays open) for a bad ``datasets`` entry.
         """
+        if self._failed is not None:
+            self._require_open()  # raises: a failed writer never publishes
         if self._file is None:
             return
         extra = self._checked_datasets(datasets or {})

@@ -8,8 +8,8 @@ which is unused space in the 1 MiB metadata block: flips there are harmless).  E
 random non-zero value; the store is then validated (``validate_store``) and read back
 whole (``TrajectoryStore``, every column, index and manifest), and classified:
 
-- ``validate``: validate_store reported it (counted whether or not a read also caught it);
-- ``read``: a read raised a numbatraj error;
+- ``caught:validate+read`` / ``caught:read`` / ``caught:validate``: validate_store reported
+  it and/or a read raised a numbatraj error;
 - ``harmless``: everything read back equal and validate_store said ok;
 - ``silent``: some read returned a wrong value without an error (must be 0);
 - ``wrong_error``: something other than a numbatraj error left a reader (must be 0).
@@ -141,10 +141,10 @@ def classify(path: str, expect: dict) -> str:
             if s.manifest.get("env_id") != "flip":
                 return "silent:manifest"
     except NumbatrajError:
-        return "validate" if flagged else "read"
+        return "caught:validate+read" if flagged else "caught:read"
     except Exception as exc:  # noqa: BLE001
         return f"wrong_error:read:{type(exc).__name__}:{exc}"
-    return "validate" if flagged else "harmless"
+    return "caught:validate" if flagged else "harmless"
 
 
 def _worker(n: int, seed: int, out_path: str, skip: int) -> None:
@@ -195,10 +195,14 @@ def sweep(n: int, seed: int, out_path: str, env: dict | None = None) -> list[dic
 
 
 def summary(results: list[dict]) -> dict[str, int]:
-    counts: dict[str, int] = {}
+    counts: dict[str, int] = {"caught_by_validate": 0, "caught_on_read": 0}
     for r in results:
         key = r["result"].split(":")[0]
         counts[key] = counts.get(key, 0) + 1
+        if key == "caught":
+            how = r["result"].split(":")[1]
+            counts["caught_by_validate"] += "validate" in how
+            counts["caught_on_read"] += "read" in how
     counts["tried"] = len(results)
     return counts
 
