@@ -36,11 +36,8 @@ from numbatraj.io.atomic import (
     remove_stale_temps,
     temp_path,
 )
+from numbatraj.io.h5write import LIBVER, close_discarded, flushed
 from numbatraj.io.hdf5 import compression_kwargs, ensure_filter_plugins
-
-#: HDF5 file-format bounds of every store: the 1.10 format, whose metadata (superblock,
-#: object headers, chunk indexes) carries checksums libhdf5 verifies on every read.
-LIBVER = ("v110", "v110")
 
 __all__ = ["TrajectoryStoreWriter", "default_chunk_rows", "CHUNK_TARGET_BYTES"]
 
@@ -56,14 +53,6 @@ def _datasync(fd: int) -> None:
         os.fdatasync(fd)
     else:  # pragma: no cover - macOS, Windows
         os.fsync(fd)
-
-
-def _close_failed(f: h5py.File) -> None:
-    """Close a file whose writes failed without flushing it again.
-
-    HDF5 retries the failed writes while closing (and h5py only prints the error); the
-    file is being discarded, so close the HDF5 handle directly.  See docs/store.md."""
-    f.close()
 
 
 def default_chunk_rows(row_bytes: int, target_bytes: int = CHUNK_TARGET_BYTES) -> int:
@@ -327,6 +316,8 @@ class TrajectoryStoreWriter:
         """Flush HDF5's caches to the temporary file and ``fdatasync`` it."""
         assert self._file is not None
         try:
+            for ds in self._ds.values():
+                ds.flush()
             self._file.flush()
             _datasync(self._sync_fd)
         except Exception as exc:
@@ -456,9 +447,11 @@ class TrajectoryStoreWriter:
         small.update(extra)
         try:
             for name, arr in small.items():
-                f.create_dataset(name, data=arr)
+                flushed(f.create_dataset(name, data=arr))
                 manifest[f"digest.{name}"] = digest_bytes(arr)
-            f.create_dataset("__manifest__", data=encode_manifest(manifest, seal=True))
+            flushed(f.create_dataset("__manifest__", data=encode_manifest(manifest, seal=True)))
+            for ds in self._ds.values():
+                ds.flush()
             # flush raises what h5py's close would only print ("Can't decrement id ref
             # count"): every deferred chunk and metadata write is checked here
             f.flush()
@@ -509,7 +502,7 @@ class TrajectoryStoreWriter:
         if f is not None:
             try:
                 if self._failed is not None:
-                    _close_failed(f)
+                    close_discarded(f)
                 else:
                     f.close()
             except Exception:  # pragma: no cover - the file is being discarded anyway
