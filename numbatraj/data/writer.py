@@ -30,7 +30,6 @@ from numbatraj.errors import (
 )
 from numbatraj.io.atomic import (
     discard,
-    fsync_file,
     publish,
     publish_lock,
     remove_stale_temps,
@@ -462,8 +461,7 @@ class TrajectoryStoreWriter:
         try:
             f.close()
             self._close_sync_fd()
-            fsync_file(self.tmp_path)
-            self._verify_written()
+            self._verify_written()  # publish fsyncs before its rename
         except Exception as exc:
             raise self._fail(exc, "closing and verifying the temporary file") from exc
         # overwrite=False links the file into place, so a store that appeared meanwhile is
