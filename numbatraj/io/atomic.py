@@ -346,11 +346,11 @@ def replace_dir(tmp_dir: str | os.PathLike[str], dest: str | os.PathLike[str]) -
     tmp_dir, dest = os.fspath(tmp_dir), os.fspath(dest)
     if os.path.lexists(dest) and _exchange(tmp_dir, dest):
         fsync_dir(_parent(dest))
-        old = temp_path(dest)
-        os.rename(tmp_dir, old)  # the old tree, now under tmp_dir: out of the way first
-        discard(old)
+        aside = temp_path(dest)
+        os.rename(tmp_dir, aside)  # the old tree, now under tmp_dir: out of the way first
+        discard(aside)
         return dest
-    old = None
+    old: str | None = None
     if os.path.lexists(dest):
         old = temp_path(dest)
         os.rename(dest, old)
@@ -514,7 +514,7 @@ def remove_stale_temps(dest: str | os.PathLike[str]) -> list[str]:
     dest = os.fspath(dest).rstrip("/" + os.sep)
     parent, base = os.path.split(os.path.abspath(dest))
     pattern = re.compile(re.escape(base) + r"\.[0-9a-f]{16}\.tmp$")
-    removed = []
+    removed: list[str] = []
     try:
         names = os.listdir(parent)
     except FileNotFoundError:
