@@ -98,7 +98,7 @@ class ChunkDigester:
     def __init__(self, chunk_rows: int, row_bytes: int) -> None:
         self.chunk_rows = int(chunk_rows)
         self.row_bytes = int(row_bytes)
-        self._buf = np.empty(self.chunk_rows * self.row_bytes, np.uint8)
+        self._buf = np.empty(0, np.uint8)  # allocated when a partial chunk first needs it
         self._fill = 0  # rows in _buf
         self._done: list[np.ndarray] = []
 
@@ -124,6 +124,8 @@ class ChunkDigester:
             i += full * c
         rem = n - i
         if rem:
+            if not self._buf.size:
+                self._buf = np.empty(c * rb, np.uint8)
             self._buf[: rem * rb] = b[i * rb :]
             self._fill = rem
 
