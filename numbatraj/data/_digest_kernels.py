@@ -62,3 +62,69 @@ def _digest_chunks_par(buf, chunk_bytes, out):  # type: ignore[no-untyped-def]
     for k in prange(out.size):
         lo = k * chunk_bytes
         out[k] = _digest_range_cpu(buf, lo, min(n, lo + chunk_bytes))
+
+
+@njit_kernel
+def _stream_reset(lanes, meta):  # type: ignore[no-untyped-def]
+    lanes[0] = _S0
+    lanes[1] = _S1
+    lanes[2] = _S2
+    lanes[3] = _S3
+    meta[0] = 0  # pending bytes
+    meta[1] = 0  # total length
+
+
+@njit_kernel
+def _stream_update(lanes, pending, meta, buf):  # type: ignore[no-untyped-def]
+    """Feed ``buf`` to a digest in progress (state: ``lanes``, ``pending``, ``meta``); the
+    result equals :func:`_digest_range_cpu` over all bytes fed, however they were split."""
+    a0 = lanes[0]
+    a1 = lanes[1]
+    a2 = lanes[2]
+    a3 = lanes[3]
+    npend = meta[0]
+    i = 0
+    n = buf.size
+    if npend:
+        take = min(32 - npend, n)
+        for k in range(take):
+            pending[npend + k] = buf[k]
+        npend += take
+        i = take
+        if npend == 32:
+            w = pending.view(np.uint64)
+            a0 = (a0 ^ w[0]) * _P
+            a1 = (a1 ^ w[1]) * _P
+            a2 = (a2 ^ w[2]) * _P
+            a3 = (a3 ^ w[3]) * _P
+            npend = 0
+    n_blocks = (n - i) // 32
+    if n_blocks:
+        words = buf[i : i + n_blocks * 32].view(np.uint64)
+        for b in range(n_blocks):
+            a0 = (a0 ^ words[4 * b]) * _P
+            a1 = (a1 ^ words[4 * b + 1]) * _P
+            a2 = (a2 ^ words[4 * b + 2]) * _P
+            a3 = (a3 ^ words[4 * b + 3]) * _P
+        i += n_blocks * 32
+    for k in range(i, n):
+        pending[npend] = buf[k]
+        npend += 1
+    lanes[0] = a0
+    lanes[1] = a1
+    lanes[2] = a2
+    lanes[3] = a3
+    meta[0] = npend
+    meta[1] += n
+
+
+@njit_kernel
+def _stream_final(lanes, pending, meta):  # type: ignore[no-untyped-def]
+    a0 = lanes[0]
+    for k in range(meta[0]):
+        a0 = (a0 ^ np.uint64(pending[k])) * _P
+    h = a0 ^ (lanes[1] * np.uint64(3)) ^ (lanes[2] * np.uint64(5)) ^ (lanes[3] * np.uint64(7))
+    h ^= np.uint64(meta[1])
+    h = (h ^ (h >> np.uint64(30))) * _M1
+    h = (h ^ (h >> np.uint64(27))) * _M2
+    return h ^ (h >> np.uint64(31))

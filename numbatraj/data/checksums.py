@@ -34,6 +34,9 @@ from numbatraj.data._digest_kernels import (
     _digest_chunks_cpu,
     _digest_chunks_par,
     _digest_range_cpu,
+    _stream_final,
+    _stream_reset,
+    _stream_update,
 )
 from numbatraj.errors import IntegrityError
 
@@ -91,16 +94,26 @@ def digest_bytes(data: bytes | np.ndarray) -> str:
 class ChunkDigester:
     """Digests of one column's chunks, fed by appends of any size.
 
-    Holds at most one partial chunk of rows (``chunk_rows * row_bytes`` bytes); whole
-    chunks inside an append are digested straight from the caller's array.
+    Holds no rows: a chunk split over several appends is digested as a stream (four
+    64-bit lanes and at most 31 pending bytes); whole chunks inside an append are digested
+    straight from the caller's array.
     """
 
     def __init__(self, chunk_rows: int, row_bytes: int) -> None:
         self.chunk_rows = int(chunk_rows)
         self.row_bytes = int(row_bytes)
-        self._buf = np.empty(0, np.uint8)  # allocated when a partial chunk first needs it
-        self._fill = 0  # rows in _buf
+        self._lanes = np.empty(4, np.uint64)
+        self._pending = np.zeros(32, np.uint8)
+        self._meta = np.zeros(2, np.int64)
+        _stream_reset(self._lanes, self._meta)
+        self._fill = 0  # rows of the current chunk fed so far
         self._done: list[np.ndarray] = []
+
+    def _close_chunk(self) -> None:
+        self._done.append(np.array([_stream_final(self._lanes, self._pending, self._meta)],
+                                   np.uint64))
+        _stream_reset(self._lanes, self._meta)
+        self._fill = 0
 
     def feed(self, rows: np.ndarray) -> None:
         """Account for ``rows`` (C-contiguous, ``(n, *row_shape)``) appended after the others."""
@@ -112,30 +125,25 @@ class ChunkDigester:
         i = 0
         if self._fill:
             take = min(c - self._fill, n)
-            self._buf[self._fill * rb : (self._fill + take) * rb] = b[: take * rb]
+            _stream_update(self._lanes, self._pending, self._meta, b[: take * rb])
             self._fill += take
             i = take
             if self._fill == c:
-                self._done.append(digest_chunks(self._buf, c * rb))
-                self._fill = 0
+                self._close_chunk()
         full = (n - i) // c
         if full:
             self._done.append(digest_chunks(b[i * rb : (i + full * c) * rb], c * rb))
             i += full * c
         rem = n - i
         if rem:
-            if not self._buf.size:
-                self._buf = np.empty(c * rb, np.uint8)
-            self._buf[: rem * rb] = b[i * rb :]
+            _stream_update(self._lanes, self._pending, self._meta, b[i * rb :])
             self._fill = rem
 
     def finish(self) -> np.ndarray:
         """Every chunk's digest, the partial last chunk included."""
-        parts = list(self._done)
         if self._fill:
-            parts.append(digest_chunks(self._buf[: self._fill * self.row_bytes],
-                                       self._fill * self.row_bytes))
-        return np.concatenate(parts) if parts else np.zeros(0, np.uint64)
+            self._close_chunk()
+        return np.concatenate(self._done) if self._done else np.zeros(0, np.uint64)
 
 
 def seal_manifest_text(text: str) -> str:
