@@ -14,7 +14,7 @@ STAMP  := $(VENV)/.installed
 SRC_HASH := $(shell cat $$(find numbatraj -name '*.py' | sort) | sha1sum | cut -c1-12)
 export NUMBA_CACHE_DIR ?= $(CURDIR)/build/numba-cache/$(SRC_HASH)
 
-.PHONY: venv demo test test-host test-cuda lint bench clean
+.PHONY: venv demo test test-host test-cuda lint bench soak clean
 
 venv: $(STAMP)
 
@@ -42,6 +42,11 @@ bench: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[$(EXTRAS),bench]" || true
 	mkdir -p bench/results
 	$(PY) -m pytest bench --benchmark-only --benchmark-json=bench/results/benchmarks.json -s
+
+# the full integrity sweeps of issue 15: 3,200 bit flips, every injection point, 20 races
+soak: $(STAMP)
+	NUMBATRAJ_FLIPS=3200 NUMBATRAJ_FAULT_POINTS=all NUMBATRAJ_RACE_TRIALS=20 \
+		$(PY) -m pytest tests/integrity -q -s
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache .benchmarks

@@ -31,6 +31,8 @@ __all__ = [
     "HubPushError",
     "UnsupportedCodecError",
     "RateLimitTimeoutError",
+    "LockedError",
+    "WriteFailedError",
 ]
 
 
@@ -133,3 +135,15 @@ class UnsupportedCodecError(NumbatrajError, ValueError):
 class RateLimitTimeoutError(NumbatrajError, TimeoutError):
     """A replay insert or sample waited longer than its timeout for the rate limiter to let
     it through (writers ran ahead of the learner, or the learner ahead of the writers)."""
+
+
+class LockedError(NumbatrajError, BlockingIOError):
+    """Another process (or thread) holds the publish lock of a destination and this
+    operation does not wait for it (see :func:`numbatraj.io.atomic.publish_lock`); the
+    message names the holder's pid and what it is doing."""
+
+
+class WriteFailedError(NumbatrajError, OSError):
+    """A write, flush, fsync, close or rename failed (``ENOSPC``, ``EIO``...) or what was
+    written does not read back; nothing was published and the previous file is intact.
+    ``errno`` is the failing call's when there was one."""

@@ -291,3 +291,22 @@ def window_ref(stream: list[dict], s: int, t_len: int, within: bool) -> tuple[li
         elif q + 1 < len(stream):
             q += 1
     return rows, pad
+
+
+def digest_ref(data: bytes) -> int:
+    """Plain-Python ``nbh64`` (numbatraj.data._digest_kernels) of ``data``."""
+    mask = (1 << 64) - 1
+    p = 0x100000001B3
+    lanes = [0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0x27D4EB2F165667C5]
+    n_blocks = len(data) // 32
+    words = np.frombuffer(data[: n_blocks * 32], dtype="<u8").tolist()
+    for i in range(n_blocks):
+        for j in range(4):
+            lanes[j] = ((lanes[j] ^ words[4 * i + j]) * p) & mask
+    for byte in data[n_blocks * 32 :]:
+        lanes[0] = ((lanes[0] ^ byte) * p) & mask
+    h = lanes[0] ^ ((lanes[1] * 3) & mask) ^ ((lanes[2] * 5) & mask) ^ ((lanes[3] * 7) & mask)
+    h ^= len(data)
+    h = ((h ^ (h >> 30)) * 0xBF58476D1CE4E5B9) & mask
+    h = ((h ^ (h >> 27)) * 0x94D049BB133111EB) & mask
+    return h ^ (h >> 31)

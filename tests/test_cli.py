@@ -35,7 +35,8 @@ def test_validate_exit_codes(tmp_path, rng, capsys):
         f["done"].resize(39, axis=0)
     assert main(["validate", str(path)]) == 1
     out = capsys.readouterr().out
-    assert "2 error(s)" in out
+    # the index disagreement, the short column, and the edited ep_offset's checksum
+    assert "3 error(s)" in out and "'ep_offset' fails its checksum" in out
     assert "ep_offset[1] = 7, expected 10" in out and "column 'done' has 39 rows" in out
 
 

@@ -28,7 +28,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
         out,
         height=args.height,
         width=args.width,
-        force=args.force,
+        overwrite=args.overwrite or args.force,
         show_progress=not args.quiet,
         source=source,
     )
@@ -54,7 +54,10 @@ def register_import(subparsers: Any) -> None:
     p.add_argument("--height", type=int, default=240, help="image height (default 240)")
     p.add_argument("--width", type=int, default=320, help="image width (default 320)")
     p.add_argument("--revision", metavar="REV", help="branch, tag or commit (default: main)")
-    p.add_argument("--force", action="store_true", help="rebuild even if the output exists")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing output that is not this import's (another "
+                        "dataset, revision or parameters, or a broken file)")
+    p.add_argument("--force", action="store_true", help=argparse.SUPPRESS)  # old --overwrite
     p.add_argument("--no-download", action="store_true", help="fail rather than download")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_import, lerobot_parser=p)

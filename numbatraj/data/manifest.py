@@ -3,7 +3,7 @@
 Keys written by :func:`build_manifest`::
 
     format=numbatraj.trajectory_store
-    format_version=1
+    format_version=2             (1: written before checksums)
     numbatraj_version=0.1.0
     env_id=walker-walk            (empty when unknown)
     seed=99                       (empty when unknown)
@@ -13,7 +13,13 @@ Keys written by :func:`build_manifest`::
     column.<name>.dtype=float32
     column.<name>.shape=26        (comma separated; empty for a scalar row)
     column.<name>.compression=none
+    column.<name>.chunk_rows=2048 (rows per HDF5 chunk: one digest each)
+    checksums=nbh64               (none: written with checksums=False)
+    digest.<dataset>=<16 hex>     (ep_len, ep_offset, __checksums__/<column>, extras)
     attr.<key>=<value>            (user attributes, as strings)
+    manifest_digest=<16 hex>      (last line: digest of every byte before it)
+
+See :mod:`numbatraj.data.checksums`.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from numbatraj._version import __version__
+from numbatraj.data.checksums import seal_manifest_text
 from numbatraj.data.column import LINE_BREAKS, ColumnSpec
 from numbatraj.errors import IntegrityError, SchemaError
 
@@ -39,7 +46,7 @@ __all__ = [
 ]
 
 FORMAT_NAME = "numbatraj.trajectory_store"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 def check_text(what: str, text: str) -> None:
@@ -70,6 +77,8 @@ def build_manifest(
     env_id: str | None,
     seed: int | None,
     attrs: Mapping[str, str],
+    chunk_rows: Mapping[str, int] | None = None,
+    checksums: str = "none",
 ) -> dict[str, str]:
     """The manifest of a store as an ordered ``str -> str`` dict."""
     m: dict[str, str] = {
@@ -86,14 +95,20 @@ def build_manifest(
         m[f"column.{name}.dtype"] = spec.dtype.name
         m[f"column.{name}.shape"] = ",".join(str(s) for s in spec.shape)
         m[f"column.{name}.compression"] = spec.compression or "none"
+        if chunk_rows is not None:
+            m[f"column.{name}.chunk_rows"] = str(int(chunk_rows[name]))
+    m["checksums"] = checksums
     for key, value in attrs.items():
         m[f"attr.{key}"] = value
     return m
 
 
-def encode_manifest(manifest: Mapping[str, str]) -> np.ndarray:
-    """UTF-8 bytes of the ``key=value`` lines, as a uint8 array."""
-    text = "".join(f"{k}={v}\n" for k, v in manifest.items())
+def encode_manifest(manifest: Mapping[str, str], *, seal: bool = False) -> np.ndarray:
+    """UTF-8 bytes of the ``key=value`` lines, as a uint8 array; ``seal`` appends the
+    ``manifest_digest`` line (:func:`numbatraj.data.checksums.seal_manifest_text`)."""
+    text = "".join(f"{k}={v}\n" for k, v in manifest.items() if k != "manifest_digest")
+    if seal:
+        text = seal_manifest_text(text)
     return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).copy()
 
 

@@ -9,13 +9,30 @@ from typing import Any
 import h5py
 import numpy as np
 
+from numbatraj.data.checksums import ColumnDigests, load_digests, read_verified
 from numbatraj.data.column import ColumnSpec
-from numbatraj.data.layout import inspect_layout
+from numbatraj.data.layout import StoreLayout, inspect_layout
 from numbatraj.data.stats import STAT_NAMES, STATS_GROUP
 from numbatraj.errors import IntegrityError, RowIndexError, SchemaError
 from numbatraj.io.hdf5 import RawRowChunks, describe_compression, open_h5_read, raw_row_chunks
 
 __all__ = ["TrajectoryStore"]
+
+
+def _inspect_checked(
+    f: h5py.File, where: str
+) -> tuple[StoreLayout, list[str], dict[str, ColumnDigests]]:
+    """:func:`inspect_layout` plus the checksum checks; h5py's own errors (a metadata
+    checksum, an unreadable object header) become :class:`IntegrityError` naming the file."""
+    try:
+        layout, problems = inspect_layout(f, where)
+        raw = f["__manifest__"][()] if "__manifest__" in f else None
+        digests, more = load_digests(f, layout.manifest, layout.columns, layout.n_rows, raw)
+    except IntegrityError:
+        raise
+    except (OSError, RuntimeError, KeyError, ValueError, TypeError) as exc:
+        raise IntegrityError(f"{where} cannot be read as a store: {exc}") from exc
+    return layout, problems + more, digests
 
 
 def _reopen(path: str, chunk_cache_bytes: int) -> TrajectoryStore:
@@ -55,9 +72,14 @@ class TrajectoryStore:
     def __init__(self, path: str | os.PathLike[str], *, chunk_cache_bytes: int = 16 << 20) -> None:
         self.path = os.fspath(path)
         self._chunk_cache_bytes = int(chunk_cache_bytes)
-        f = open_h5_read(self.path, chunk_cache_bytes=chunk_cache_bytes)
         try:
-            layout, problems = inspect_layout(f, repr(self.path))
+            f = open_h5_read(self.path, chunk_cache_bytes=chunk_cache_bytes)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            raise IntegrityError(str(exc)) from exc
+        try:
+            layout, problems, self._digests = _inspect_checked(f, repr(self.path))
         except BaseException:
             f.close()
             raise
@@ -142,7 +164,13 @@ class TrajectoryStore:
         for name in STAT_NAMES:
             ds = group.get(name)
             if isinstance(ds, h5py.Dataset):
-                out[name] = np.asarray(ds[()])
+                try:
+                    out[name] = np.asarray(ds[()])
+                except (OSError, RuntimeError) as exc:
+                    raise IntegrityError(
+                        f"{self.path!r}: statistic {STATS_GROUP}/{column}/{name} cannot be "
+                        f"read: {exc}"
+                    ) from exc
         return out
 
     @property
@@ -235,7 +263,7 @@ class TrajectoryStore:
         else:
             self._check_out(out, shape, spec, f"load_column({name!r})")
         if self.n_rows:
-            self._read_rows(name, 0, self.n_rows, out)
+            self._read(name, 0, self.n_rows, out)
         return out
 
     def read_range(
@@ -262,8 +290,19 @@ class TrajectoryStore:
         else:
             self._check_out(out, shape, spec, f"read_range({name!r}, {start}, {stop})")
         if stop > start:
-            self._read_rows(name, start, stop, out)
+            self._read(name, start, stop, out)
         return out
+
+    def _read(self, name: str, start: int, stop: int, out: np.ndarray) -> None:
+        # every chunk the rows touch is checked against its digest (data/checksums.py),
+        # whichever way _read_rows fetches them (pread of raw chunks, or HDF5)
+        self._reader(name)  # a closed store or unknown column: its own error, not a read error
+
+        def read(buf: np.ndarray, lo: int, hi: int) -> None:
+            self._read_rows(name, lo, hi, buf)
+
+        read_verified(read, name, self._digests.get(name), self.n_rows, start, stop, out,
+                      repr(self.path))
 
     def episode(self, i: int) -> dict[str, np.ndarray]:
         """Every column's rows of episode ``i`` (negative ``i`` counts from the end)."""

@@ -11,11 +11,31 @@ from typing import Any
 import h5py
 import numpy as np
 
+from numbatraj.data.checksums import (
+    ALGORITHM,
+    CHECKSUM_GROUP,
+    ChunkDigester,
+    digest_bytes,
+    load_digests,
+)
 from numbatraj.data.column import STORE_DATASETS, ColumnSpec, check_column_set
 from numbatraj.data.episode_index import offsets_from_lengths
 from numbatraj.data.manifest import build_manifest, check_attrs, check_text, encode_manifest
-from numbatraj.errors import EpisodeError, NumbatrajError, RowIndexError, SchemaError
-from numbatraj.io.atomic import discard, publish, temp_path
+from numbatraj.errors import (
+    EpisodeError,
+    NumbatrajError,
+    RowIndexError,
+    SchemaError,
+    WriteFailedError,
+)
+from numbatraj.io.atomic import (
+    discard,
+    publish,
+    publish_lock,
+    remove_stale_temps,
+    temp_path,
+)
+from numbatraj.io.h5write import LIBVER, close_discarded, flushed
 from numbatraj.io.hdf5 import compression_kwargs, ensure_filter_plugins
 
 __all__ = ["TrajectoryStoreWriter", "default_chunk_rows", "CHUNK_TARGET_BYTES"]
@@ -69,6 +89,19 @@ class TrajectoryStoreWriter:
         so the disk keeps up with the writer and the fsync in :meth:`close` finds little left
         to do; 0 (the default) never syncs before :meth:`close`.  Imports of large datasets
         use :data:`numbatraj.io.atomic.SYNC_EVERY_BYTES` (32 MiB).
+    checksums : bool
+        Record a digest of every chunk of every column (default; see
+        :mod:`numbatraj.data.checksums` and docs/store.md "Checksums").  ``False`` for
+        scratch data: the index and manifest are still checked, the column data is not.
+
+    Raises
+    ------
+    LockedError
+        Another writer (this or another process) is writing ``path`` right now: the store
+        writer never waits (a write can take hours); the message names the holder's pid.
+    WriteFailedError
+        A write, flush, fsync or rename failed (``ENOSPC``, ``EIO``...), here or in any
+        later call: the writer is then dead, its temporary file removed, nothing published.
 
     Examples
     --------
@@ -88,6 +121,7 @@ class TrajectoryStoreWriter:
         overwrite: bool = False,
         chunk_rows: Mapping[str, int] | None = None,
         sync_every_bytes: int = 0,
+        checksums: bool = True,
     ) -> None:
         self._columns = check_column_set(columns)
         self._attrs = check_attrs(attrs)
@@ -99,10 +133,6 @@ class TrajectoryStoreWriter:
         self._overwrite = overwrite
         if os.path.isdir(self.path):
             raise IsADirectoryError(f"store path {self.path!r} is a directory")
-        if os.path.exists(self.path) and not overwrite:
-            raise FileExistsError(
-                f"{self.path!r} already exists; pass overwrite=True to replace it on close"
-            )
         chunk_rows = dict(chunk_rows or {})
         unknown = set(chunk_rows) - set(self._columns)
         if unknown:
@@ -118,23 +148,43 @@ class TrajectoryStoreWriter:
         self._sync_every = every
         self._unsynced = 0
         self._sync_fd = -1
-        self.tmp_path = temp_path(self.path)
-        ensure_filter_plugins()
-        # metadata aggregated in 1 MiB blocks: the object headers and chunk indexes sit in a
-        # few contiguous regions at the front, so a store behind HTTP Range opens in <= 3
-        # requests (numbatraj.remote.store; measured in docs/scale.md), for 0.3 % of size
-        self._file: h5py.File | None = h5py.File(
-            self.tmp_path, "w", meta_block_size=META_BLOCK_BYTES
-        )
+        self._checksums = bool(checksums)
+        self._failed: BaseException | None = None
+        self._file: h5py.File | None = None
         self._ds: dict[str, h5py.Dataset] = {}
+        self._digesters: dict[str, ChunkDigester] = {}
+        self._chunk_rows: dict[str, int] = {}
+        self.tmp_path = temp_path(self.path)
+        # one writer per path, and it never waits: a second writer fails naming the first
+        self._lock = publish_lock(self.path, wait=False, what="TrajectoryStoreWriter")
+        self._lock.acquire()
         try:
-            if self._sync_every:
-                self._sync_fd = os.open(self.tmp_path, os.O_RDONLY)
+            if os.path.exists(self.path) and not overwrite:
+                raise FileExistsError(
+                    f"{self.path!r} already exists; pass overwrite=True to replace it on close"
+                )
+            remove_stale_temps(self.path)  # the lock says no live writer owns them
+            ensure_filter_plugins()
             for name, spec in self._columns.items():
                 given = chunk_rows.get(name)
                 rows = default_chunk_rows(spec.row_bytes) if given is None else int(given)
                 if rows < 1:
                     raise SchemaError(f"chunk_rows[{name!r}] = {rows}, expected >= 1")
+                self._chunk_rows[name] = rows
+            # metadata aggregated in 1 MiB blocks: the object headers and chunk indexes sit
+            # in a few contiguous regions at the front, so a store behind HTTP Range opens in
+            # <= 3 requests (numbatraj.remote.store; measured in docs/scale.md), for 0.3 % of
+            # size.  "w-": the temporary name is new, never an existing file's second name.
+            try:
+                self._file = h5py.File(
+                    self.tmp_path, "w-", meta_block_size=META_BLOCK_BYTES, libver=LIBVER
+                )
+            except OSError as exc:
+                raise self._fail(exc, "creating the temporary file") from exc
+            if self._sync_every:
+                self._sync_fd = os.open(self.tmp_path, os.O_RDONLY)
+            for name, spec in self._columns.items():
+                rows = self._chunk_rows[name]
                 self._ds[name] = self._file.create_dataset(
                     name,
                     shape=(0, *spec.shape),
@@ -143,6 +193,8 @@ class TrajectoryStoreWriter:
                     dtype=spec.dtype,
                     **compression_kwargs(spec.compression, spec.compression_level),
                 )
+                if self._checksums:
+                    self._digesters[name] = ChunkDigester(rows, spec.row_bytes)
         except BaseException:
             self.abort()
             raise
@@ -172,9 +224,27 @@ class TrajectoryStoreWriter:
 
     # ------------------------------------------------------------------ writing
     def _require_open(self) -> h5py.File:
+        if self._failed is not None:
+            raise WriteFailedError(
+                getattr(self._failed, "errno", None),
+                f"writer for {self.path!r} failed earlier ({self._failed}); nothing was "
+                f"published",
+            )
         if self._file is None:
             raise NumbatrajError(f"writer for {self.path!r} is closed")
         return self._file
+
+    def _fail(self, exc: BaseException, doing: str) -> WriteFailedError:
+        """Mark the writer dead after a failed I/O call, discard its temporary file and
+        release the path; the error to raise."""
+        self._failed = exc
+        self.abort()
+        err = getattr(exc, "errno", None)
+        reason = getattr(exc, "strerror", None) or str(exc)
+        return WriteFailedError(
+            err, f"{doing} of {self.path!r} failed ({reason}); the store was not published"
+            + ("" if self._overwrite is False else " and the previous file is untouched")
+        )
 
     def _checked(self, name: str, rows: Any) -> np.ndarray:
         spec = self._columns.get(name)
@@ -212,17 +282,8 @@ class TrajectoryStoreWriter:
         """Append to several columns at once; every array is checked before any is written."""
         self._require_open()
         checked = [(name, self._checked(name, v)) for name, v in rows.items()]
-        before = dict(self._counts)
-        try:
-            for name, arr in checked:
-                self._write(name, arr)
-        except BaseException:
-            # an I/O error part way: put the columns already written back in step
-            for name, _ in checked:
-                if self._counts[name] != before[name]:
-                    self._ds[name].resize(before[name], axis=0)
-                    self._counts[name] = before[name]
-            raise
+        for name, arr in checked:
+            self._write(name, arr)
 
     def _write(self, name: str, arr: np.ndarray) -> None:
         n = arr.shape[0]
@@ -230,13 +291,21 @@ class TrajectoryStoreWriter:
             return
         ds = self._ds[name]
         start = self._counts[name]
-        ds.resize(start + n, axis=0)
+        arr = np.ascontiguousarray(arr)
         try:
-            ds.write_direct(np.ascontiguousarray(arr), dest_sel=np.s_[start : start + n])
-        except BaseException:
-            ds.resize(start, axis=0)
+            ds.resize(start + n, axis=0)
+            ds.write_direct(arr, dest_sel=np.s_[start : start + n])
+        except BaseException as exc:
+            # after a failed write HDF5's state is not to be trusted: the writer is dead
+            # (no publish); KeyboardInterrupt and friends pass through unchanged
+            if isinstance(exc, Exception):
+                raise self._fail(exc, f"appending {n} row(s) to column {name!r}") from exc
+            self._failed = exc
             raise
         self._counts[name] = start + n
+        digester = self._digesters.get(name)
+        if digester is not None:
+            digester.feed(arr)
         if self._sync_every:
             self._unsynced += arr.nbytes
             if self._unsynced >= self._sync_every:
@@ -245,8 +314,13 @@ class TrajectoryStoreWriter:
     def _sync(self) -> None:
         """Flush HDF5's caches to the temporary file and ``fdatasync`` it."""
         assert self._file is not None
-        self._file.flush()
-        _datasync(self._sync_fd)
+        try:
+            for ds in self._ds.values():
+                ds.flush()
+            self._file.flush()
+            _datasync(self._sync_fd)
+        except Exception as exc:
+            raise self._fail(exc, "syncing") from exc
         self._unsynced = 0
 
     def read_range(self, name: str, start: int, stop: int) -> np.ndarray:
@@ -339,6 +413,8 @@ class TrajectoryStoreWriter:
         rows were appended after the last :meth:`end_episode`; :class:`SchemaError` (and
         stays open) for a bad ``datasets`` entry.
         """
+        if self._failed is not None:
+            self._require_open()  # raises: a failed writer never publishes
         if self._file is None:
             return
         extra = self._checked_datasets(datasets or {})
@@ -354,8 +430,6 @@ class TrajectoryStoreWriter:
             )
         f = self._file
         lengths = np.asarray(self._lengths, dtype=np.int64)
-        f.create_dataset("ep_len", data=lengths)
-        f.create_dataset("ep_offset", data=offsets_from_lengths(lengths))
         manifest = build_manifest(
             self._columns,
             n_rows=total,
@@ -363,16 +437,56 @@ class TrajectoryStoreWriter:
             env_id=self._env_id,
             seed=self._seed,
             attrs=self._attrs,
+            chunk_rows=self._chunk_rows,
+            checksums=ALGORITHM if self._checksums else "none",
         )
-        f.create_dataset("__manifest__", data=encode_manifest(manifest))
-        for name, arr in extra.items():
-            f.create_dataset(name, data=arr)
-        f.close()
+        small = {"ep_len": lengths, "ep_offset": offsets_from_lengths(lengths)}
+        for name, digester in self._digesters.items():
+            small[f"{CHECKSUM_GROUP}/{name}"] = digester.finish()
+        small.update(extra)
+        try:
+            for name, arr in small.items():
+                flushed(f.create_dataset(name, data=arr))
+                manifest[f"digest.{name}"] = digest_bytes(arr)
+            flushed(f.create_dataset("__manifest__", data=encode_manifest(manifest, seal=True)))
+            for ds in self._ds.values():
+                ds.flush()
+            # flush raises what h5py's close would only print ("Can't decrement id ref
+            # count"): every deferred chunk and metadata write is checked here
+            f.flush()
+        except Exception as exc:
+            raise self._fail(exc, "writing the index and manifest") from exc
         self._file = None
-        self._close_sync_fd()
+        self._ds.clear()
+        try:
+            f.close()
+            self._close_sync_fd()
+            self._verify_written()  # publish fsyncs before its rename
+        except Exception as exc:
+            raise self._fail(exc, "closing and verifying the temporary file") from exc
         # overwrite=False links the file into place, so a store that appeared meanwhile is
         # never clobbered (the finished one then stays at tmp_path, as the error says)
-        publish(self.tmp_path, self.path, overwrite=self._overwrite)
+        try:
+            publish(self.tmp_path, self.path, overwrite=self._overwrite)
+        except FileExistsError:
+            self._lock.release()
+            raise
+        except Exception as exc:
+            raise self._fail(exc, "publishing") from exc
+        self._lock.release()
+
+    def _verify_written(self) -> None:
+        """Re-open the closed temporary file and check what a reader checks on open: the
+        metadata (HDF5's own checksums), the layout, the manifest and index digests."""
+        from numbatraj.data.layout import inspect_layout  # noqa: PLC0415 - writer-only path
+
+        with h5py.File(self.tmp_path, "r") as g:
+            layout, problems = inspect_layout(g, repr(self.tmp_path))
+            _, more = load_digests(g, layout.manifest, layout.columns, layout.n_rows,
+                                   g["__manifest__"][()])
+        problems += more
+        if problems or layout.n_rows != self._episode_start:
+            raise OSError(f"the written file does not read back: {'; '.join(problems)}")
 
     def _close_sync_fd(self) -> None:
         fd, self._sync_fd = self._sync_fd, -1
@@ -382,13 +496,18 @@ class TrajectoryStoreWriter:
     def abort(self) -> None:
         """Discard everything: close the temporary file and delete it.  ``path`` is untouched."""
         f, self._file = self._file, None
+        self._ds.clear()
         if f is not None:
             try:
-                f.close()
+                if self._failed is not None:
+                    close_discarded(f)
+                else:
+                    f.close()
             except Exception:  # pragma: no cover - the file is being discarded anyway
                 pass
         self._close_sync_fd()
         discard(self.tmp_path)
+        self._lock.release()
 
     def __enter__(self) -> TrajectoryStoreWriter:
         return self
@@ -406,6 +525,9 @@ class TrajectoryStoreWriter:
             self.close()
         except FileExistsError:
             raise  # the finished store stays at tmp_path, as the message says
+        except (EpisodeError, SchemaError):
+            self.abort()
+            raise
         except BaseException:
             self.abort()
             raise

@@ -22,6 +22,7 @@ from numbatraj._version import __version__
 from numbatraj.data.column import ColumnSpec
 from numbatraj.data.writer import TrajectoryStoreWriter
 from numbatraj.errors import SourceFormatError
+from numbatraj.io.atomic import publish_lock
 
 __all__ = [
     "SourceFormatError",
@@ -147,20 +148,24 @@ def open_writer(
 ) -> Iterator[TrajectoryStoreWriter]:
     """A :class:`TrajectoryStoreWriter` that is aborted on any exception.
 
-    The store is built at ``<out>.tmp`` and renamed when the block ends without error, so a
-    failed import leaves nothing at ``out`` (and removes its temporary file).
+    The store is built under a temporary name of its own and renamed when the block ends
+    without error, so a failed import leaves nothing at ``out`` (and removes its temporary
+    file).  Imports of one ``out`` run one at a time: a second import waits for the first
+    (:func:`~numbatraj.io.atomic.publish_lock`), then finds its output (``overwrite=False``:
+    :class:`FileExistsError`) or replaces it.
     """
-    w = TrajectoryStoreWriter(out, columns, env_id=env_id, attrs=attrs, overwrite=overwrite)
-    try:
-        yield w
-    except BaseException:
-        w.abort()
-        raise
-    try:
-        w.close()
-    except BaseException:
-        w.abort()
-        raise
+    with publish_lock(out, wait=True, what="import"):
+        w = TrajectoryStoreWriter(out, columns, env_id=env_id, attrs=attrs, overwrite=overwrite)
+        try:
+            yield w
+        except BaseException:
+            w.abort()
+            raise
+        try:
+            w.close()
+        except BaseException:
+            w.abort()
+            raise
 
 
 def h5_dataset(group: h5py.Group, key: str, where: str) -> h5py.Dataset:

@@ -9,6 +9,18 @@ arrive, never held whole), and everything goes into a temporary directory beside
 destination.  Only when the last member is in, the completion marker is written (last), the
 tree is synced and the directory is renamed into place.  A refused or truncated archive
 leaves the destination exactly as it was.
+
+Also refused: a member named like the completion marker at the top level (the marker, its
+temporary names, a directory of that name); a stream that does not decode to its end
+(the gzip CRC and length, zstandard frame checks: the whole stream is read, past the tar
+end-of-archive blocks, so a flipped bit is an error even when no sha256 is declared); more
+than ``max_total_bytes`` in all (default :data:`MAX_TOTAL_BYTES`, 256 GiB) or more than
+``max_ratio`` times the archive's own size (default :data:`MAX_RATIO`, 1000; a bomb is
+stopped at the header of the member that crosses either limit).  ``./``-rooted archives
+(``tar -C dir -czf x.tar.gz .``) are accepted: the ``./`` member is the root itself.
+
+One extraction per destination: :func:`safe_extract` holds the destination's publish lock
+(a second extraction waits) and removes the temporaries killed extractions left.
 """
 
 from __future__ import annotations
@@ -25,11 +37,20 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from numbatraj.errors import UnsafeArchiveError
-from numbatraj.io.atomic import fsync_dir, replace_dir, temp_path, write_bytes
+from numbatraj.io.atomic import (
+    fsync_dir,
+    publish_lock,
+    remove_stale_temps,
+    replace_dir,
+    temp_path,
+    write_bytes,
+)
 
 __all__ = [
     "ARCHIVE_SUFFIXES",
     "COMPLETE_MARKER",
+    "MAX_RATIO",
+    "MAX_TOTAL_BYTES",
     "ExtractResult",
     "archive_kind",
     "check_member_name",
@@ -45,6 +66,10 @@ ARCHIVE_SUFFIXES = (".tar.zst", ".tzst", ".tar.gz", ".tgz")
 #: Name of the completion marker written last inside an extracted tree.
 COMPLETE_MARKER = ".extract-complete.json"
 _BLOCK = 1 << 20
+#: Default largest sum of extracted file sizes.
+MAX_TOTAL_BYTES = 256 << 30
+#: Default largest ratio of extracted bytes to the archive's size (plus 1 MiB of slack).
+MAX_RATIO = 1000.0
 
 
 @dataclass(frozen=True)
@@ -112,9 +137,17 @@ def check_member_name(name: str, archive: str = "archive") -> str:
         raise UnsafeArchiveError(f"{archive}: member {name!r} climbs out with '..'")
     if not parts:
         raise UnsafeArchiveError(f"{archive}: member {name!r} names no path")
-    if parts[0] == COMPLETE_MARKER and len(parts) == 1:
-        raise UnsafeArchiveError(f"{archive}: member {name!r} would forge the completion marker")
+    if parts[0].startswith(COMPLETE_MARKER):
+        raise UnsafeArchiveError(
+            f"{archive}: member {name!r} is named like the completion marker "
+            f"{COMPLETE_MARKER!r} (it would forge the completion marker); refused as unsafe"
+        )
     return "/".join(parts)
+
+
+def _is_root(name: str) -> bool:
+    """The ``.`` / ``./`` member of a ``./``-rooted archive."""
+    return bool(name) and all(p in ("", ".") for p in name.replace("\\", "/").split("/"))
 
 
 def _kind_of(m: tarfile.TarInfo) -> str | None:
@@ -146,6 +179,10 @@ def _open_stream(path: str, kind: str) -> Iterator[tarfile.TarFile]:
         try:
             with tarfile.open(fileobj=reader, mode="r|") as tar:
                 yield tar
+            # tar stops at its end-of-archive blocks; the compressed stream's own checks
+            # (gzip CRC and length, zstandard frames) run only when it is read to its end
+            while reader.read(_BLOCK):
+                pass
         finally:
             reader.close()
 
@@ -166,15 +203,19 @@ def _copy_member(src: IO[bytes], dst: str, size: int, mode: int, label: str) -> 
 
 
 def _extract_into(
-    path: str, kind: str, tmp: str, max_member_bytes: int | None, max_total_bytes: int | None
+    path: str, kind: str, tmp: str, max_member_bytes: int | None, max_total_bytes: int | None,
+    max_ratio: float | None = None,
 ) -> tuple[list[str], int]:
     label = os.path.basename(path)
     seen: dict[str, str] = {}
     files: list[str] = []
     total = 0
+    ratio_cap = None if max_ratio is None else max_ratio * os.path.getsize(path) + (1 << 20)
     try:
         with _open_stream(path, kind) as tar:
             for m in tar:
+                if m.isdir() and _is_root(m.name):
+                    continue  # "./": the destination itself
                 rel = check_member_name(m.name, label)
                 why = _kind_of(m)
                 if why is not None:
@@ -199,6 +240,13 @@ def _extract_into(
                     raise UnsafeArchiveError(
                         f"{label}: member {m.name!r} brings the archive to {total} bytes, over "
                         f"the limit of {max_total_bytes}"
+                    )
+                if ratio_cap is not None and total > ratio_cap:
+                    raise UnsafeArchiveError(
+                        f"{label}: member {m.name!r} brings the archive to {total} bytes, more "
+                        f"than {max_ratio:g} times its compressed size "
+                        f"({os.path.getsize(path)} bytes); refused as a decompression bomb "
+                        f"(raise max_ratio if this is expected)"
                     )
                 parent = os.path.dirname(target)
                 try:
@@ -244,7 +292,8 @@ def safe_extract(
     dest: str | os.PathLike[str],
     *,
     max_member_bytes: int | None = None,
-    max_total_bytes: int | None = None,
+    max_total_bytes: int | None = MAX_TOTAL_BYTES,
+    max_ratio: float | None = MAX_RATIO,
     marker: dict[str, Any] | None = None,
     kind: str | None = None,
 ) -> ExtractResult:
@@ -259,7 +308,11 @@ def safe_extract(
         complete.
     max_member_bytes, max_total_bytes : int, optional
         Largest regular file, and largest sum of files, accepted (a decompression bomb is
-        stopped at the header of the member that crosses the limit).
+        stopped at the header of the member that crosses the limit); the sum defaults to
+        :data:`MAX_TOTAL_BYTES`, None lifts it.
+    max_ratio : float, optional
+        Largest ratio of the sum of files to the archive's size (plus 1 MiB), default
+        :data:`MAX_RATIO`; None lifts it.
     marker : dict, optional
         Extra JSON fields for the completion marker (for example the archive's digest).
     kind : {"zst", "gz"}, optional
@@ -283,18 +336,21 @@ def safe_extract(
         raise ValueError(f"kind must be 'zst' or 'gz', got {kind!r}")
     parent = os.path.dirname(dest)
     os.makedirs(parent, exist_ok=True)
-    tmp = temp_path(dest)
-    os.mkdir(tmp, 0o755)
-    try:
-        files, total = _extract_into(path, kind, tmp, max_member_bytes, max_total_bytes)
-        info = dict(marker or {})
-        info.update({"archive": os.path.basename(path), "files": files, "bytes": total})
-        write_marker(tmp, info)  # last: its presence means every member is in
-        fsync_dir(tmp)
-        replace_dir(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with publish_lock(dest, wait=True, what="extraction"):
+        remove_stale_temps(dest)  # trees of killed extractions (the lock says: not live)
+        tmp = temp_path(dest)
+        os.mkdir(tmp, 0o755)
+        try:
+            files, total = _extract_into(path, kind, tmp, max_member_bytes, max_total_bytes,
+                                         max_ratio)
+            info = dict(marker or {})
+            info.update({"archive": os.path.basename(path), "files": files, "bytes": total})
+            write_marker(tmp, info)  # last: its presence means every member is in
+            fsync_dir(tmp)
+            replace_dir(tmp, dest)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     return ExtractResult(dest, tuple(files), total)
 
 

@@ -13,7 +13,20 @@ lands through this module:
 - :func:`publishing` is the context-manager form (discard on error, publish on success),
   :func:`write_bytes` the one-call form, :func:`replace_dir` the directory swap;
 - :class:`FileBatch` publishes several files back to back, with an optional journal so an
-  interrupted multi-file commit can be finished by :func:`replay_journal`.
+  interrupted multi-file commit can be finished by :func:`replay_journal`;
+- :func:`publish_lock` makes one writer own a destination: an advisory ``fcntl.flock`` on
+  ``<dest>.lock`` held while the temporary file is written and published.  Whoever holds it
+  knows no other numbatraj writer of ``dest`` is alive, so :func:`remove_stale_temps` may
+  delete the temporaries of killed runs (the liveness rule).  The holder unlinks the lock
+  file before letting go and a new holder checks that the file it locked is still the one
+  at that name, so no lock file is left behind and two writers are never both in.
+
+Kill windows: ``overwrite=False`` links the temporary file to ``dest`` and then unlinks the
+temporary name; a kill between the two leaves a second name of the finished file, which is
+harmless because no writer ever opens an existing temporary name (each makes a fresh one,
+``O_EXCL``) and the next holder of the lock only unlinks it.  :func:`replace_dir` swaps two
+trees with one atomic ``renameat2(RENAME_EXCHANGE)`` where the kernel has it, so the
+destination is always the old tree or the new one.
 
 One error policy: a failed fsync of a file raises; a directory fsync that the filesystem
 does not support (``EINVAL``/``ENOTSUP``) is skipped, every other error raises.
@@ -30,7 +43,10 @@ visible under the final name before that.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -38,24 +54,31 @@ import queue
 import re
 import secrets
 import shutil
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any, Self
 
+from numbatraj.errors import LockedError, WriteFailedError
 from numbatraj.io.hashing import sha256_prefix
 
 __all__ = [
     "SYNC_EVERY_BYTES",
     "FileBatch",
     "PartFile",
+    "PublishLock",
     "discard",
     "fsync_dir",
     "fsync_file",
     "is_temp_name",
     "part_path",
+    "lock_path",
     "publish",
+    "publish_lock",
     "publishing",
+    "remove_stale_temps",
     "replace_dir",
     "replay_journal",
     "temp_path",
@@ -168,25 +191,73 @@ def publish(
     and the finished file stays at ``tmp``.
     """
     tmp, dest = os.fspath(tmp), os.fspath(dest)
+    try:
+        return _publish(tmp, dest, overwrite=overwrite, sync=sync)
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        if isinstance(exc, WriteFailedError):
+            raise
+        raise WriteFailedError(
+            exc.errno, f"publishing {dest!r} failed: {exc.strerror or exc}; "
+            f"{dest!r} was not replaced"
+        ) from exc
+
+
+def _publish(tmp: str, dest: str, *, overwrite: bool, sync: bool) -> str:
+    """The rename; a failure after it (the directory fsync) puts the previous state back."""
     if sync:
         fsync_file(tmp)
     if overwrite:
-        os.replace(tmp, dest)
-    else:
+        backup = None
+        if sync and os.path.isfile(dest) and not os.path.islink(dest):
+            backup = temp_path(dest)
+            try:
+                os.link(dest, backup)  # a second name of the previous file, for an undo
+            except OSError:
+                backup = None
         try:
-            os.link(tmp, dest)
-        except FileExistsError:
+            os.replace(tmp, dest)
+            if sync:
+                try:
+                    fsync_dir(_parent(dest))
+                except OSError:
+                    if backup is not None:
+                        os.replace(backup, dest)
+                        backup = None
+                    else:
+                        with contextlib.suppress(OSError):
+                            os.remove(dest)
+                    raise
+        finally:
+            if backup is not None:
+                with contextlib.suppress(OSError):
+                    os.remove(backup)
+        return dest
+    try:
+        os.link(tmp, dest)
+    except FileExistsError:
+        raise FileExistsError(
+            f"{dest!r} appeared while writing; the finished file is left at {tmp!r}"
+        ) from None
+    except OSError as exc:  # a filesystem without hard links
+        if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV):
+            raise
+        if os.path.exists(dest):
             raise FileExistsError(
                 f"{dest!r} appeared while writing; the finished file is left at {tmp!r}"
             ) from None
-        except OSError:  # a filesystem without hard links
-            if os.path.exists(dest):
-                raise FileExistsError(
-                    f"{dest!r} appeared while writing; the finished file is left at {tmp!r}"
-                ) from None
-            os.replace(tmp, dest)
-        else:
+        os.replace(tmp, dest)
+    else:
+        try:
             os.remove(tmp)
+            if sync:
+                fsync_dir(_parent(dest))
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.remove(dest)  # ours: linked just now
+            raise
+        return dest
     if sync:
         fsync_dir(_parent(dest))
     return dest
@@ -235,14 +306,51 @@ def write_bytes(
         raise
 
 
+_RENAME_EXCHANGE = 2
+_libc: Any = None
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Atomically swap the entries ``a`` and ``b`` (Linux ``renameat2``); False when the
+    kernel or filesystem cannot."""
+    global _libc
+    if not sys.platform.startswith("linux"):
+        return False
+    if _libc is None:
+        try:
+            _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+            _libc.renameat2  # noqa: B018 - probe: glibc >= 2.28
+        except (OSError, AttributeError):
+            _libc = False
+    if _libc is False:
+        return False
+    at_fdcwd = -100
+    rc = _libc.renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), _RENAME_EXCHANGE)
+    if rc == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, f"cannot swap {a!r} and {b!r}: {os.strerror(err)}")
+
+
 def replace_dir(tmp_dir: str | os.PathLike[str], dest: str | os.PathLike[str]) -> str:
     """Put the finished directory ``tmp_dir`` at ``dest``, replacing any tree there.
 
-    An existing ``dest`` is renamed aside first and removed after the swap, so a reader sees
-    the old tree or the new one (between the two renames, briefly, neither).
+    An existing ``dest`` is swapped with ``tmp_dir`` in one atomic ``renameat2`` exchange
+    (the old tree is then removed), so ``dest`` always holds the old tree or the new one,
+    killed or not.  Where the exchange is unavailable the old tree is renamed aside first
+    (a kill between the two renames then leaves ``dest`` missing and the old tree under a
+    temporary name).
     """
     tmp_dir, dest = os.fspath(tmp_dir), os.fspath(dest)
-    old = None
+    if os.path.lexists(dest) and _exchange(tmp_dir, dest):
+        fsync_dir(_parent(dest))
+        aside = temp_path(dest)
+        os.rename(tmp_dir, aside)  # the old tree, now under tmp_dir: out of the way first
+        discard(aside)
+        return dest
+    old: str | None = None
     if os.path.lexists(dest):
         old = temp_path(dest)
         os.rename(dest, old)
@@ -256,6 +364,167 @@ def replace_dir(tmp_dir: str | os.PathLike[str], dest: str | os.PathLike[str]) -
     if old is not None:
         discard(old)
     return dest
+
+
+def lock_path(dest: str | os.PathLike[str]) -> str:
+    """The lock file of ``dest``: ``<dest>.lock`` beside it."""
+    return os.fspath(dest).rstrip("/" + os.sep) + ".lock"
+
+
+# this process's held locks: lock path -> [fd, depth, owning thread]
+_HELD: dict[str, list[Any]] = {}
+_HELD_GUARD = threading.Lock()
+
+
+def _holder(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            text = fh.read(200).strip().splitlines()
+    except OSError:
+        text = []
+    pid = text[0] if text else "?"
+    what = text[1] if len(text) > 1 else "a write"
+    return f"pid {pid} ({what})"
+
+
+class PublishLock:
+    """The advisory lock that makes one writer own ``dest`` (see :func:`publish_lock`).
+
+    Re-entrant within one thread (an import holding the lock may run a writer that takes
+    it again); another thread or process waits or fails, by ``wait``.
+    """
+
+    def __init__(
+        self, dest: str | os.PathLike[str], *, wait: bool | float = True, what: str = "a write"
+    ) -> None:
+        self.dest = os.fspath(dest)
+        self.path = os.path.abspath(lock_path(self.dest))
+        self.wait = wait
+        self.what = what
+        self._held = False
+
+    def acquire(self) -> PublishLock:
+        if self._held:
+            return self
+        me = threading.get_ident()
+        deadline = None
+        if self.wait is not True and self.wait is not False:
+            deadline = time.monotonic() + float(self.wait)
+        while True:
+            with _HELD_GUARD:
+                entry = _HELD.get(self.path)
+                if entry is not None and entry[2] == me:
+                    entry[1] += 1
+                    self._held = True
+                    return self
+                if entry is None:
+                    fd = self._try_flock()
+                    if fd >= 0:
+                        _HELD[self.path] = [fd, 1, me]
+                        self._held = True
+                        return self
+            if self.wait is False or (deadline is not None and time.monotonic() > deadline):
+                waited = "" if self.wait is False else f" after waiting {float(self.wait):g} s"
+                raise LockedError(
+                    errno.EWOULDBLOCK,
+                    f"{self.dest!r} is being written by {_holder(self.path)}{waited}; "
+                    f"{self.what} does not wait for another writer of the same path "
+                    f"(lock file {self.path})",
+                )
+            time.sleep(0.02)
+
+    def _try_flock(self) -> int:
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # the holder before us may have unlinked the file as it let go: a lock on a
+            # name no longer in the directory protects nothing, so look again
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(self.path))
+            except FileNotFoundError:
+                same = False
+            if not same:
+                os.close(fd)
+                return self._try_flock()
+        except BlockingIOError:
+            os.close(fd)
+            return -1
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n{self.what}\n".encode(), 0)
+        except OSError:
+            pass  # the pid is informative only; the flock is what counts
+        return fd
+
+    def release(self) -> None:
+        if not self._held:
+            return
+        self._held = False
+        with _HELD_GUARD:
+            entry = _HELD.get(self.path)
+            if entry is None:
+                return
+            entry[1] -= 1
+            if entry[1] == 0:
+                del _HELD[self.path]
+                fd = entry[0]
+                try:
+                    # unlinked while still held, so whoever waits re-checks (see _try_flock)
+                    # and no lock file is left beside the destination
+                    with contextlib.suppress(OSError):
+                        os.remove(self.path)
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                finally:
+                    os.close(fd)
+
+    @property
+    def held(self) -> bool:
+        return self._held
+
+    def __enter__(self) -> PublishLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def publish_lock(
+    dest: str | os.PathLike[str], *, wait: bool | float = True, what: str = "a write"
+) -> PublishLock:
+    """The lock that makes one writer own ``dest``: ``with publish_lock(dest): ...``.
+
+    An ``fcntl.flock`` on ``<dest>.lock`` (which records the holder's pid and ``what``).
+    ``wait=True`` blocks until the holder finishes, ``False`` raises :class:`LockedError`
+    at once naming the holder, a number waits that many seconds first.  Re-entrant within
+    a thread.  The rule per operation is in docs/store.md ("One writer per path").
+    """
+    return PublishLock(dest, wait=wait, what=what)
+
+
+def remove_stale_temps(dest: str | os.PathLike[str]) -> list[str]:
+    """Delete the temporaries of ``dest`` (``<dest>.<16 hex>.tmp``) that killed runs left.
+
+    Call it only while holding :func:`publish_lock` of ``dest``: then no live numbatraj
+    writer of ``dest`` exists, so every such name is stale.  Returns the names removed.
+    """
+    dest = os.fspath(dest).rstrip("/" + os.sep)
+    parent, base = os.path.split(os.path.abspath(dest))
+    pattern = re.compile(re.escape(base) + r"\.[0-9a-f]{16}\.tmp$")
+    removed: list[str] = []
+    try:
+        names = os.listdir(parent)
+    except FileNotFoundError:
+        return removed
+    for name in names:
+        if pattern.match(name):
+            path = os.path.join(parent, name)
+            discard(path)
+            removed.append(path)
+    return removed
 
 
 class FileBatch:

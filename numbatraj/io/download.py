@@ -35,7 +35,13 @@ import requests
 import urllib3
 
 from numbatraj.errors import DownloadError, IntegrityError
-from numbatraj.io.atomic import SYNC_EVERY_BYTES, PartFile, part_path, write_bytes
+from numbatraj.io.atomic import (
+    SYNC_EVERY_BYTES,
+    PartFile,
+    part_path,
+    publish_lock,
+    write_bytes,
+)
 from numbatraj.io.hashing import check_sha256_hex, sha256_file
 
 __all__ = ["FetchResult", "fetch", "redact_text", "redact_url"]
@@ -294,12 +300,33 @@ def fetch(
         contradiction, or retries / waiting time used up.
     IntegrityError
         The complete file's SHA-256 is not ``sha256`` (both digests are named).
+
+    Notes
+    -----
+    Holds ``dest``'s publish lock (:func:`numbatraj.io.atomic.publish_lock`) for the whole
+    transfer: concurrent fetches of one ``dest`` run one after the other, and the later
+    ones return the verified file without a request when ``sha256`` is given.
     """
     dest = os.fspath(dest)
     if sha256 is not None:
         sha256 = check_sha256_hex(sha256)
     if size is not None and int(size) < 0:
         raise ValueError(f"size must be >= 0, got {size}")
+    # one transfer per destination: a second fetch of the same dest (another rank, another
+    # process) waits, then finds the finished file and verifies it instead of fetching
+    # again (with sha256; without one it fetches again, into its own turn of the part file)
+    with publish_lock(dest, wait=True, what="fetch"):
+        return _fetch_locked(url, dest, sha256, size, headers, retries, min_rate,
+                             rate_window, max_wait, backoff, connect_timeout, chunk_size,
+                             sync_every, progress, session)
+
+
+def _fetch_locked(
+    url: str, dest: str, sha256: str | None, size: int | None,
+    headers: dict[str, str] | None, retries: int, min_rate: float, rate_window: float,
+    max_wait: float, backoff: float, connect_timeout: float, chunk_size: int,
+    sync_every: int, progress: bool | None, session: requests.Session | None,
+) -> FetchResult:
     if (
         sha256 is not None
         and os.path.isfile(dest)

@@ -20,10 +20,30 @@ import numpy as np
 
 import numbatraj.lerobot.schema as S
 from numbatraj.errors import IntegrityError, LeRobotFormatError
-from numbatraj.io.parquet import column_to_numpy, parquet_num_rows, read_parquet
+from numbatraj.io.parquet import (
+    column_to_numpy,
+    parquet_column_names,
+    parquet_num_rows,
+    read_parquet,
+)
 from numbatraj.io.video import probe_video
 
-__all__ = ["CameraSegment", "DatasetPlan", "EpisodePlan", "load_plan"]
+__all__ = ["CameraSegment", "DatasetPlan", "EpisodePlan", "ExtraFeature", "load_plan"]
+
+#: Features the store holds in its own way: state (``qpos``), action, the task index column,
+#: and the row bookkeeping its episode index represents (checked row by row on import).
+_MAPPED = {S.STATE_KEY, S.ACTION_KEY, "task_index", "frame_index", "episode_index", "index"}
+_DTYPES = {"float32", "float64", "float16", "int64", "int32", "int16", "int8", "uint8",
+           "uint16", "uint32", "uint64", "bool"}
+
+
+@dataclass(frozen=True)
+class ExtraFeature:
+    """A feature stored as a column under its LeRobot name (``next.reward``...)."""
+
+    name: str
+    dtype: np.dtype
+    shape: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -60,6 +80,8 @@ class DatasetPlan:
     tasks: dict[int, str]
     episodes: tuple[EpisodePlan, ...]
     rejected: frozenset[int]
+    extras: tuple[ExtraFeature, ...] = ()
+    image_cameras: frozenset[str] = frozenset()
 
     @property
     def kept(self) -> list[EpisodePlan]:
@@ -120,22 +142,71 @@ def _vector(info: dict[str, Any], key: str, where: str) -> tuple[int, tuple[str,
     return dim, labels
 
 
-def _cameras(info: dict[str, Any], where: str) -> tuple[str, ...]:
+def _cameras(info: dict[str, Any], where: str) -> tuple[tuple[str, ...], frozenset[str]]:
+    """Every camera (sorted by name) and those stored as images inside the data files."""
     feats = info["features"]
-    images = sorted(
+    images = frozenset(
         k for k, ft in feats.items() if isinstance(ft, dict) and ft.get("dtype") == "image"
     )
-    if images:
+    videos = {k for k, ft in feats.items() if isinstance(ft, dict) and ft.get("dtype") == "video"}
+    if videos and not info.get("video_path"):
+        raise LeRobotFormatError(f"{where}: cameras {sorted(videos)} but no 'video_path' template")
+    return tuple(sorted(videos | images)), images
+
+
+def _extras(info: dict[str, Any], cameras: tuple[str, ...], where: str) -> tuple[ExtraFeature, ...]:
+    """Every feature that is not state, action, a camera or row bookkeeping; a feature the
+    store cannot hold is an error naming it (never dropped)."""
+    out = []
+    for name, ft in sorted(info["features"].items()):
+        if name in _MAPPED or name in cameras:
+            continue
+        if not isinstance(ft, dict):
+            raise LeRobotFormatError(f"{where}: feature {name!r} is {ft!r}, expected an object")
+        dtype, shape = ft.get("dtype"), ft.get("shape")
+        if dtype not in _DTYPES:
+            raise LeRobotFormatError(
+                f"{where}: feature {name!r} has dtype {dtype!r}, which a store column cannot "
+                f"hold (numbers or bool: {sorted(_DTYPES)}); it is not dropped silently: "
+                f"remove it from info.json to import without it"
+            )
+        if not isinstance(shape, list | tuple) or not shape:
+            raise LeRobotFormatError(f"{where}: feature {name!r} has shape {shape!r}")
+        dims = tuple(_whole(d, f"feature {name!r} shape", where) for d in shape)
+        if "," in name or "=" in name or "/" in name:
+            raise LeRobotFormatError(
+                f"{where}: feature {name!r} cannot be a column name (',', '=' or '/')"
+            )
+        out.append(ExtraFeature(name, np.dtype(dtype), () if dims == (1,) else dims))
+    return tuple(out)
+
+
+def _check_declared(root: str, info: dict[str, Any], table_columns: list[str],
+                    data_path: str, video_cams: set[str], where: str) -> None:
+    """Data columns and camera columns of the episode table must all be declared: a
+    feature missing from info.json would otherwise be dropped without a word."""
+    declared = set(info["features"])
+    have = set(parquet_column_names(data_path))
+    absent = sorted(declared - have - video_cams)
+    if absent:
         raise LeRobotFormatError(
-            f"{where}: camera(s) {images} are stored as images inside the data files; only "
-            f"cameras stored as video (dtype 'video') are supported"
+            f"{where} declares feature(s) {absent}, but {data_path!r} has no column of that "
+            f"name (its columns: {sorted(have)})"
         )
-    cams = tuple(
-        sorted(k for k, ft in feats.items() if isinstance(ft, dict) and ft.get("dtype") == "video")
-    )
-    if cams and not info.get("video_path"):
-        raise LeRobotFormatError(f"{where}: cameras {list(cams)} but no 'video_path' template")
-    return cams
+    extra = sorted(have - declared)
+    if extra:
+        raise LeRobotFormatError(
+            f"{data_path!r} holds column(s) {extra} that {where} does not declare as features; "
+            f"declare them (they are imported as columns) rather than drop them"
+        )
+    cams = {c.split("/")[1] for c in table_columns
+            if c.startswith("videos/") and c.endswith("/chunk_index") and c.count("/") == 2}
+    missing = sorted(cams - video_cams)
+    if missing:
+        raise LeRobotFormatError(
+            f"the episode table of {root!r} has video(s) of camera(s) {missing} that {where} "
+            f"does not declare; declare them rather than import without them"
+        )
 
 
 def _read_tasks(root: str) -> dict[int, str]:
@@ -188,7 +259,7 @@ def _read_rejected(root: str, n_episodes: int) -> frozenset[int]:
     return frozenset(out)
 
 
-def _episode_table(root: str, cameras: tuple[str, ...]) -> dict[str, np.ndarray]:
+def _episode_table(root: str, cameras: tuple[str, ...]) -> tuple[dict[str, np.ndarray], list[str]]:
     files = sorted(glob.glob(os.path.join(root, S.EPISODES_DIR, "chunk-*", "file-*.parquet")))
     if not files:
         raise IntegrityError(
@@ -207,13 +278,15 @@ def _episode_table(root: str, cameras: tuple[str, ...]) -> dict[str, np.ndarray]
         cols[S.video_column(cam, "file_index")] = np.int64
         cols[S.video_column(cam, "from_timestamp")] = np.float64
     parts: dict[str, list[np.ndarray]] = {c: [] for c in cols}
+    names: list[str] = []
     for path in files:
+        names += [c for c in parquet_column_names(path) if c not in names]
         table = read_parquet(path, list(cols))
         for c, dt in cols.items():
             parts[c].append(column_to_numpy(table.column(c), dtype=dt, where=f"{c!r} in {path!r}"))
     merged = {c: np.concatenate(v) for c, v in parts.items()}
     order = np.argsort(merged[S.EP_INDEX], kind="stable")
-    return {c: v[order] for c, v in merged.items()}
+    return {c: v[order] for c, v in merged.items()}, names
 
 
 def _check_episodes(table: dict[str, np.ndarray], info: dict[str, Any], where: str) -> None:
@@ -339,12 +412,19 @@ def load_plan(root: str | os.PathLike[str]) -> DatasetPlan:
         raise LeRobotFormatError(f"{where}: fps is {info['fps']!r}, expected a positive number")
     state_dim, state_names = _vector(info, S.STATE_KEY, where)
     action_dim, action_names = _vector(info, S.ACTION_KEY, where)
-    cameras = _cameras(info, where)
+    cameras, image_cams = _cameras(info, where)
+    video_cams = tuple(c for c in cameras if c not in image_cams)
+    extras = _extras(info, cameras, where)
     tasks = _read_tasks(root)
-    table = _episode_table(root, cameras)
+    table, table_columns = _episode_table(root, video_cams)
     _check_episodes(table, info, where)
     data_paths = _check_data_files(root, info, table, where)
-    per_cam = [_camera_segments(root, info, table, cam, fps) for cam in cameras]
+    for path in dict.fromkeys(data_paths):
+        _check_declared(root, info, table_columns, path, set(video_cams), where)
+    n_eps = table[S.EP_INDEX].size
+    segs_of = {cam: _camera_segments(root, info, table, cam, fps) for cam in video_cams}
+    per_cam = [segs_of[cam] if cam in segs_of else [CameraSegment("", 0)] * n_eps
+               for cam in cameras]
     episodes = tuple(
         EpisodePlan(
             index=ep,
@@ -367,4 +447,6 @@ def load_plan(root: str | os.PathLike[str]) -> DatasetPlan:
         tasks=tasks,
         episodes=episodes,
         rejected=_read_rejected(root, len(episodes)),
+        extras=extras,
+        image_cameras=image_cams,
     )

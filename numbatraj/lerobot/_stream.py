@@ -9,21 +9,46 @@ dataset: the working set is one data file's numbers and one decoded frame per ca
 
 from __future__ import annotations
 
+import io
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
+from PIL import Image
 
 import numbatraj.lerobot.schema as S
 from numbatraj.errors import IntegrityError
 from numbatraj.io.parquet import read_parquet, table_to_numpy
-from numbatraj.io.video import FrameCursor, frame_to_rgb
+from numbatraj.io.video import FrameCursor, frame_to_rgb, resize_rgb
 from numbatraj.lerobot._plan import DatasetPlan, EpisodePlan
 
 __all__ = ["CameraStreams", "DataRows", "EpisodeRows"]
 
 EpisodeRows = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def _image_bytes(column: Any, cam: str, path: str) -> list[bytes]:
+    """The encoded frames of an image camera column (LeRobot stores ``{bytes, path}``)."""
+    out = []
+    for i, v in enumerate(column.to_pylist()):
+        data = v.get("bytes") if isinstance(v, dict) else v
+        if not isinstance(data, bytes | bytearray) or not data:
+            raise IntegrityError(
+                f"{path!r}: camera {cam!r} row {i} holds no image bytes ({type(v).__name__})"
+            )
+        out.append(bytes(data))
+    return out
+
+
+def decode_image(data: bytes, height: int, width: int, where: str) -> np.ndarray:
+    """An encoded frame (PNG, JPEG...) as ``(H, W, 3)`` uint8 RGB at the store's size."""
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            rgb = np.asarray(img.convert("RGB"))
+    except (OSError, ValueError) as exc:
+        raise IntegrityError(f"{where}: the image cannot be decoded ({exc})") from exc
+    return resize_rgb(rgb, height, width)
 
 
 def _listing(values: np.ndarray, limit: int = 8) -> str:
@@ -38,6 +63,11 @@ class DataRows:
         self._plan = plan
         self._path: str | None = None
         self._cols: dict[str, np.ndarray] = {}
+        self._images: dict[str, list[bytes]] = {}
+        #: the extra features' rows of the last :meth:`episode` (name -> array)
+        self.extras: dict[str, np.ndarray] = {}
+        #: the image cameras' encoded frames of the last :meth:`episode` (name -> bytes list)
+        self.images: dict[str, list[bytes]] = {}
 
     def _load(self, path: str) -> None:
         self._cols = {}
@@ -50,9 +80,21 @@ class DataRows:
             S.STATE_KEY: np.float32,
             S.ACTION_KEY: np.float32,
         }
-        table = read_parquet(path, list(dtypes))
+        for ft in self._plan.extras:
+            dtypes[ft.name] = ft.dtype
+        image_cams = sorted(self._plan.image_cameras)
+        table = read_parquet(path, list(dtypes) + image_cams)
         cols = table_to_numpy(table, dtypes, where=repr(path))
+        images = {cam: _image_bytes(table.column(cam), cam, path) for cam in image_cams}
         del table
+        for ft in self._plan.extras:
+            v = cols[ft.name]
+            if v.size != v.shape[0] * int(np.prod(ft.shape, dtype=np.int64)):
+                raise IntegrityError(
+                    f"{path!r}: feature {ft.name!r} rows have shape {v.shape[1:]}, info.json "
+                    f"declares {ft.shape or (1,)}"
+                )
+            cols[ft.name] = v.reshape((v.shape[0], *ft.shape))
         for key, dim in (
             (S.STATE_KEY, self._plan.state_dim),
             (S.ACTION_KEY, self._plan.action_dim),
@@ -64,6 +106,7 @@ class DataRows:
                 )
         order = np.argsort(cols["index"], kind="stable")
         self._cols = {k: v[order] for k, v in cols.items()}
+        self._images = {cam: [b[i] for i in order.tolist()] for cam, b in images.items()}
         self._path = path
 
     def episode(self, ep: EpisodePlan) -> EpisodeRows:
@@ -117,6 +160,8 @@ class DataRows:
                 f"{where}: task_index {_listing(unknown)} not in meta/tasks.parquet "
                 f"(known: {sorted(self._plan.tasks)})"
             )
+        self.extras = {ft.name: c[ft.name][sl] for ft in self._plan.extras}
+        self.images = {cam: b[lo:hi] for cam, b in self._images.items()}
         return c[S.STATE_KEY][sl], c[S.ACTION_KEY][sl], task.astype(np.int32)
 
 
@@ -136,10 +181,13 @@ class CameraStreams:
         self._cursors: list[FrameCursor | None] = [None] * len(plan.cameras)
         self._ep: EpisodePlan | None = None
         self._pool: ThreadPoolExecutor | None = None
+        self._images: dict[str, list[bytes]] = {}
 
     def start_episode(self, ep: EpisodePlan) -> None:
         """Point every camera at ``ep``'s video file, opening the next file when it changes."""
         for c, seg in enumerate(ep.segments):
+            if self._plan.cameras[c] in self._plan.image_cameras:
+                continue  # frames come from the data file (set_images)
             cur = self._cursors[c]
             if cur is None or cur.path != seg.path:
                 if cur is not None:
@@ -148,9 +196,21 @@ class CameraStreams:
                 self._cursors[c] = FrameCursor(seg.path, self._plan.fps)
         self._ep = ep
 
+    def set_images(self, images: dict[str, list[bytes]]) -> None:
+        """The current episode's encoded frames of the image cameras (from the data file)."""
+        self._images = images
+
     def _read_camera(self, c: int, lo: int, hi: int, out: np.ndarray) -> None:
         ep = self._ep
         assert ep is not None
+        cam = self._plan.cameras[c]
+        if cam in self._plan.image_cameras:
+            frames = self._images[cam]
+            for j in range(lo, hi):
+                rgb = decode_image(frames[j], self._h, self._w,
+                                   f"camera {cam!r}, episode {ep.index}, frame {j}")
+                np.copyto(out[j - lo, c], rgb.transpose(2, 0, 1))
+            return
         seg = ep.segments[c]
         cur = self._cursors[c]
         assert cur is not None

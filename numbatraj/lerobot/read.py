@@ -9,15 +9,21 @@ whatever the dataset's length.
 
 The store holds the columns ``qpos`` (float32, ``observation.state``), ``action`` (float32),
 ``task_index`` (int32) and ``images`` (uint8 ``(n_cameras, 3, H, W)``, cameras sorted by
-name), plus the datasets ``norm_qpos_mean``, ``norm_qpos_std``, ``norm_action_mean`` and
+name, stored as video or as images in the data files), every other feature of
+``info.json`` as a column under its LeRobot name and dtype (``next.reward``,
+``next.done``, ``observation.environment_state``, ``timestamp``...; a feature a column
+cannot hold is an error naming it), plus the datasets ``norm_qpos_mean``,
+``norm_qpos_std``, ``norm_action_mean`` and
 ``norm_action_std`` (float32; standard deviation floored at ``1e-2`` as ACT does), computed
 over the kept episodes and handed to the store writer's ``close(datasets=...)``, so the
 store is published once, complete.  Its manifest records the source, fps, cameras, the task
-table and the rejected episodes.
+table, the rejected episodes, and the source's fingerprint (:func:`source_fingerprint`): an
+existing output is reused only when it validates and its fingerprint matches.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -30,11 +36,12 @@ import numpy as np
 from numbatraj.data.column import ColumnSpec
 from numbatraj.data.pipelined import PipelinedAppender
 from numbatraj.data.writer import TrajectoryStoreWriter
-from numbatraj.errors import EpisodeError, LeRobotFormatError, SchemaError
-from numbatraj.io.atomic import SYNC_EVERY_BYTES
+from numbatraj.errors import DatasetExistsError, EpisodeError, LeRobotFormatError, SchemaError
+from numbatraj.io.atomic import SYNC_EVERY_BYTES, publish_lock
 from numbatraj.io.diskspace import require_free_space
 from numbatraj.lerobot._plan import DatasetPlan, load_plan
 from numbatraj.lerobot._stream import CameraStreams, DataRows
+from numbatraj.lerobot.schema import STATE_KEY as S_STATE
 
 __all__ = [
     "NORM_DATASETS",
@@ -43,6 +50,7 @@ __all__ = [
     "estimate_store_bytes",
     "import_lerobot_v3",
     "norm_stats",
+    "source_fingerprint",
     "store_columns",
 ]
 
@@ -68,6 +76,7 @@ def store_columns(plan: DatasetPlan, height: int, width: int) -> list[ColumnSpec
         ColumnSpec("action", np.float32, (plan.action_dim,)),
         ColumnSpec("task_index", np.int32, ()),
         ColumnSpec("images", np.uint8, (len(plan.cameras), 3, height, width)),
+        *(ColumnSpec(ft.name, ft.dtype, ft.shape) for ft in plan.extras),
     ]
 
 
@@ -109,7 +118,53 @@ def _attrs(plan: DatasetPlan, source: str, height: int, width: int) -> dict[str,
         "qpos_names": json.dumps(list(plan.state_names), ensure_ascii=False),
         "action_names": json.dumps(list(plan.action_names), ensure_ascii=False),
         "robot_type": str(plan.info.get("robot_type") or ""),
+        "image_cameras": ",".join(sorted(plan.image_cameras)),
+        "feature_columns": json.dumps(
+            {S_STATE: "qpos", "action": "action", "task_index": "task_index",
+             **{cam: "images" for cam in plan.cameras},
+             **{ft.name: ft.name for ft in plan.extras},
+             "index": "(episode index)", "episode_index": "(episode index)",
+             "frame_index": "(episode index)"}, ensure_ascii=False),
     }
+
+
+def source_fingerprint(plan: DatasetPlan, height: int, width: int, source: str | None) -> str:
+    """A digest of everything an import's output depends on: the source (``source`` or the
+    root, the Hub revision when the root is a Hub snapshot), the size and mtime of every
+    file under the dataset root, and the import parameters."""
+    files = []
+    for dirpath, dirnames, names in os.walk(plan.root):
+        dirnames.sort()
+        for name in sorted(names):
+            full = os.path.join(dirpath, name)
+            st = os.stat(full)
+            files.append([os.path.relpath(full, plan.root), st.st_size, st.st_mtime_ns])
+    doc = {
+        "source": source or plan.root,
+        "root": plan.root,
+        "revision": os.path.basename(plan.root) if os.sep + "snapshots" + os.sep in plan.root
+        else None,
+        "files": files,
+        "params": {"height": int(height), "width": int(width), "format": 2},
+    }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _reuse_problem(out: str, fingerprint: str) -> str | None:
+    """Why the existing ``out`` is not this import's output (None: it is, reuse it)."""
+    from numbatraj.data.validate import validate_store  # noqa: PLC0415
+
+    report = validate_store(out)
+    if not report.ok:
+        return f"it does not validate ({'; '.join(report.errors[:3])})"
+    from numbatraj.data.store import TrajectoryStore  # noqa: PLC0415
+
+    with TrajectoryStore(out) as st:
+        got = st.manifest.get("attr.source_fingerprint")
+    if got != fingerprint:
+        return (f"its source fingerprint is {got!r}, this import's is {fingerprint!r} "
+                f"(another dataset, revision, file or import parameter)")
+    return None
 
 
 def _write_rows(
@@ -120,19 +175,22 @@ def _write_rows(
     batch = max(1, min(1024, _BATCH_BYTES // max(1, n_cam * 3 * height * width)))
     data = DataRows(plan)
     cams = CameraStreams(plan, height, width)
+    names = [ft.name for ft in plan.extras]
     try:
         with PipelinedAppender(writer, "images", row_shape, np.dtype(np.uint8), batch) as pipe:
             for ep in plan.kept:
                 qpos, action, task = data.episode(ep)
+                extras = data.extras
+                cams.set_images(data.images)
                 cams.start_episode(ep)
                 for lo in range(0, ep.length, batch):
                     hi = min(ep.length, lo + batch)
                     images = pipe.buffer()
                     cams.read(lo, hi, images)
-                    pipe.append(
-                        {"qpos": qpos[lo:hi], "action": action[lo:hi], "task_index": task[lo:hi]},
-                        images,
-                    )
+                    rows = {"qpos": qpos[lo:hi], "action": action[lo:hi],
+                            "task_index": task[lo:hi]}
+                    rows.update({n: extras[n][lo:hi] for n in names})
+                    pipe.append(rows, images)
                     if bar is not None:
                         bar.update(hi - lo)
                 pipe.end_episode()
@@ -175,7 +233,8 @@ def import_lerobot_v3(
     *,
     height: int = 240,
     width: int = 320,
-    force: bool = False,
+    overwrite: bool = False,
+    force: bool | None = None,
     show_progress: bool | None = None,
     source: str | None = None,
     progress: bool | None = None,
@@ -194,8 +253,14 @@ def import_lerobot_v3(
         and removes only its own temporary file.
     height, width : int
         Image size in the store; frames of another size are resized (Pillow BILINEAR).
-    force : bool
-        Rebuild even if ``out`` exists.  Without it an existing ``out`` is returned as is.
+    overwrite : bool
+        Replace an existing ``out`` that is not this import's output.  Without it, an
+        existing ``out`` is returned as is only when it validates and its manifest's
+        ``source_fingerprint`` equals this import's (:func:`source_fingerprint`: the same
+        dataset, revision, files and parameters); otherwise :class:`DatasetExistsError`
+        says why.  Imports of one ``out`` run one at a time (a second waits, then reuses).
+    force : bool, optional
+        The former name of ``overwrite``, still accepted.
     show_progress : bool, optional
         Show a progress bar (frames, frames/s, ETA); by default (and when true) shown only
         when stderr is a terminal.
@@ -222,6 +287,8 @@ def import_lerobot_v3(
         Not enough free space for the estimated store (checked before decoding).
     EpisodeError
         Every episode is rejected.
+    DatasetExistsError
+        ``out`` exists, is not this import's output, and ``overwrite`` was not given.
     """
     out = os.fspath(out)
     if progress is not None and show_progress is not None and progress != show_progress:
@@ -232,31 +299,47 @@ def import_lerobot_v3(
     shown = show_progress if show_progress is not None else progress
     if height < 1 or width < 1:
         raise SchemaError(f"height and width must be positive, got {height}x{width}")
-    if os.path.exists(out) and not force:
-        return out
+    if force is not None:
+        overwrite = overwrite or bool(force)
     plan = load_plan(root)
     if not plan.kept:
         raise EpisodeError(
             f"every episode of {plan.root!r} is listed in meta/rejected_episodes.json; "
             f"nothing to import"
         )
+    fingerprint = source_fingerprint(plan, height, width, source)
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    require_free_space(out, estimate_store_bytes(plan, height, width), what=f"the store {out!r}")
-    # the writer builds the store under a temporary name of its own (two imports to the same
-    # ``out`` never share, or delete, each other's) and publishes it once, at close
-    writer = TrajectoryStoreWriter(
-        out,
-        store_columns(plan, height, width),
-        env_id=str(plan.info.get("robot_type") or "") or None,
-        attrs=_attrs(plan, source or plan.root, height, width),
-        overwrite=True,
-        sync_every_bytes=SYNC_EVERY_BYTES,
-    )
-    try:
-        with _progress(plan.n_kept_frames, shown is not False, os.path.basename(out)) as bar:
-            _write_rows(plan, writer, height, width, bar)
-        writer.close(datasets=norm_stats(writer))
-    except BaseException:
-        writer.abort()
-        raise
+    with publish_lock(out, wait=True, what="LeRobot import"):
+        if os.path.lexists(out):
+            if os.path.isdir(out):
+                raise IsADirectoryError(f"store path {out!r} is a directory")
+            problem = _reuse_problem(out, fingerprint)
+            if problem is None:
+                return out
+            if not overwrite:
+                raise DatasetExistsError(
+                    f"{out!r} exists and is not this import's output: {problem}; pass "
+                    f"overwrite=True (--overwrite) to replace it"
+                )
+        require_free_space(out, estimate_store_bytes(plan, height, width),
+                           what=f"the store {out!r}")
+        attrs = _attrs(plan, source or plan.root, height, width)
+        attrs["source_fingerprint"] = fingerprint
+        # the writer builds the store under a temporary name of its own and publishes it
+        # once, at close
+        writer = TrajectoryStoreWriter(
+            out,
+            store_columns(plan, height, width),
+            env_id=str(plan.info.get("robot_type") or "") or None,
+            attrs=attrs,
+            overwrite=True,
+            sync_every_bytes=SYNC_EVERY_BYTES,
+        )
+        try:
+            with _progress(plan.n_kept_frames, shown is not False, os.path.basename(out)) as bar:
+                _write_rows(plan, writer, height, width, bar)
+            writer.close(datasets=norm_stats(writer))
+        except BaseException:
+            writer.abort()
+            raise
     return out

@@ -25,12 +25,14 @@ from typing import Any
 
 from numbatraj.errors import DeclarationError, NumbatrajError, UnsafeArchiveError
 from numbatraj.io.archive import (
+    MAX_RATIO,
+    MAX_TOTAL_BYTES,
     read_marker,
     safe_extract,
     sniff_kind,
     write_marker,
 )
-from numbatraj.io.atomic import replace_dir, temp_path
+from numbatraj.io.atomic import publish_lock, remove_stale_temps, replace_dir, temp_path
 from numbatraj.io.download import fetch
 from numbatraj.remote._assets_kv import PackDecl, find_assets_kv, parse_assets_kv
 from numbatraj.remote._assets_source import describe_source, resolve_source
@@ -136,8 +138,24 @@ def _ensure_tree(
     source: Callable[[PackDecl], Any],
     fetched: set[str],
 ) -> tuple[str, int]:
-    """The cache's extracted tree for ``decl.sha256``; returns ``(tree, bytes fetched)``."""
+    """The cache's extracted tree for ``decl.sha256``; returns ``(tree, bytes fetched)``.
+
+    Holds the cache entry's publish lock: a second pull of the same pack (another
+    process sharing the cache) waits, then finds the extracted tree and uses it."""
     entry = os.path.join(cache, decl.sha256)
+    os.makedirs(entry, exist_ok=True)
+    with publish_lock(entry, wait=True, what="assets pull (cache)"):
+        return _ensure_tree_locked(decl, entry, force, fetch_options, source, fetched)
+
+
+def _ensure_tree_locked(
+    decl: PackDecl,
+    entry: str,
+    force: bool,
+    fetch_options: Mapping[str, Any],
+    source: Callable[[PackDecl], Any],
+    fetched: set[str],
+) -> tuple[str, int]:
     tree, archive = os.path.join(entry, "tree"), os.path.join(entry, "archive")
     if force and decl.sha256 not in fetched:
         for p in (tree, archive):
@@ -149,9 +167,12 @@ def _ensure_tree(
     if marker and marker.get("sha256") == decl.sha256:
         return tree, 0
     src = source(decl)
+    opts = {k: v for k, v in fetch_options.items() if k not in ("max_total_bytes", "max_ratio")}
     res = fetch(src.url, archive, sha256=decl.sha256, size=decl.bytes,
-                headers=src.headers or None, **fetch_options)
+                headers=src.headers or None, **opts)
     fetched.add(decl.sha256)
+    max_total_bytes = fetch_options.get("max_total_bytes", MAX_TOTAL_BYTES)
+    max_ratio = fetch_options.get("max_ratio", MAX_RATIO)
     kind = sniff_kind(archive)
     if kind is None:
         raise UnsafeArchiveError(
@@ -160,7 +181,8 @@ def _ensure_tree(
         )
     try:
         safe_extract(archive, tree, max_member_bytes=DEFAULT_MAX_MEMBER_BYTES, kind=kind,
-                     marker={"sha256": decl.sha256, "kind": "asset-cache"})
+                     marker={"sha256": decl.sha256, "kind": "asset-cache"},
+                     max_total_bytes=max_total_bytes, max_ratio=max_ratio)
     except UnsafeArchiveError as exc:
         raise UnsafeArchiveError(f"pack {decl.label} ({decl.where}): {exc}") from None
     return tree, res.bytes_downloaded
@@ -213,6 +235,16 @@ def _pull_one(
     decl: PackDecl, cache: str, force: bool, fetch_options: Mapping[str, Any],
     source: Callable[[PackDecl], Any], fetched: set[str],
 ) -> PackResult:
+    # one placement per dest: a second pull waits, then finds the pack present
+    with publish_lock(decl.dest, wait=True, what="assets pull"):
+        remove_stale_temps(decl.dest)
+        return _pull_one_locked(decl, cache, force, fetch_options, source, fetched)
+
+
+def _pull_one_locked(
+    decl: PackDecl, cache: str, force: bool, fetch_options: Mapping[str, Any],
+    source: Callable[[PackDecl], Any], fetched: set[str],
+) -> PackResult:
     placed = _placed_sha(decl.dest)
     if placed == decl.sha256 and not force:
         return PackResult(decl, "present")
@@ -249,7 +281,10 @@ def pull_packs(
         Where credentials come from (see :func:`~numbatraj.remote._assets_source.
         resolve_source`).
     fetch_options : mapping, optional
-        Extra arguments for :func:`~numbatraj.io.download.fetch` (retries, ...).
+        Extra arguments for :func:`~numbatraj.io.download.fetch` (retries, ...), and the
+        extraction limits ``max_total_bytes`` (default 256 GiB) and ``max_ratio`` (default
+        1000: extracted bytes per archive byte) of
+        :func:`~numbatraj.io.archive.safe_extract`.
     on_result : callable, optional
         Called with each :class:`PackResult` as soon as it is known.
 

@@ -21,8 +21,19 @@ the held rows (finite leaves >= 0, 0 where no row is held).  A failure is an
 the leaves by :meth:`~numbatraj.samplers.SumTree.load_leaves` (the same bits as the saved
 tree).
 
-The file is written under a temporary name beside ``path`` and published by
-``numbatraj.io.atomic`` (fsync, rename, fsync of the directory).  Loading reads each dataset
+Checksums (on unless ``checksums=False``): every dataset carries an attribute ``nbh64``,
+the digests (:mod:`numbatraj.data.checksums`) of its rows in pieces of
+``max(1, 1 MiB // row bytes)`` rows, and the root an attribute ``digests`` with the digest of
+the ``config`` and ``state`` text; the file is in the HDF5 1.10 format, whose metadata has
+checksums of its own.  A load checks every piece it reads: a flipped bit is an
+:class:`~numbatraj.errors.IntegrityError` naming the file and dataset, never a wrong row.
+
+The file is written under a temporary name beside ``path`` while holding the path's
+publish lock (a second save of the same path waits for the first), every write, the
+flush and the close checked, reopened once to check it reads back, and published by
+``numbatraj.io.atomic`` (fsync, rename, fsync of the directory); any failure is a
+:class:`~numbatraj.errors.WriteFailedError` and leaves the previous checkpoint in place.
+Loading reads each dataset
 straight into the new replay's preallocated arrays where it can (``read_direct``), so it
 needs the buffer's memory once, not twice.
 """
@@ -39,9 +50,18 @@ from typing import Any
 import h5py
 import numpy as np
 
+from numbatraj.data.checksums import digest_bytes, digest_chunks
 from numbatraj.data.column import ColumnSpec
-from numbatraj.errors import IntegrityError
-from numbatraj.io.atomic import discard, publish, temp_path
+from numbatraj.errors import IntegrityError, NumbatrajError, WriteFailedError
+from numbatraj.io.atomic import (
+    discard,
+    fsync_file,
+    publish,
+    publish_lock,
+    remove_stale_temps,
+    temp_path,
+)
+from numbatraj.io.h5write import LIBVER, close_discarded, flushed
 
 __all__ = [
     "FORMAT_VERSION",
@@ -118,30 +138,67 @@ def write_checkpoint(
     rows: Iterable[tuple[str, np.ndarray, np.ndarray]],
     tree: TreeArrays | None,
     side: dict[str, np.ndarray] | None = None,
+    *,
+    checksums: bool = True,
 ) -> None:
     """Write a checkpoint: ``rows`` yields ``(column, demo rows, ring rows)`` (host arrays of
-    the storage dtype, possibly strided); ``tree`` for a prioritized replay."""
+    the storage dtype, possibly strided); ``tree`` for a prioritized replay.  ``checksums``
+    (default) records the digests a load checks."""
     path = os.fspath(path)
     if os.path.isdir(path):
         raise IsADirectoryError(f"checkpoint path {path!r} is a directory")
-    tmp = temp_path(path)
-    try:
-        with h5py.File(tmp, "w") as f:
-            f.attrs["numbatraj_replay"] = FORMAT_VERSION
-            f.attrs["config"] = json.dumps(config)
-            f.attrs["state"] = json.dumps(state)
-            for name, demo, ring in rows:
-                write_rows(f, f"demo/{name}", demo)
-                write_rows(f, f"ring/{name}", ring)
-            if tree is not None:
-                for key in ("leaves", "stamps", "present"):
-                    f.create_dataset(f"sampler/{key}", data=getattr(tree, key))
-            for key, arr in (side or {}).items():
-                f.create_dataset(f"side/{key}", data=arr)
-        publish(tmp, path)
-    except BaseException:
-        discard(tmp)
-        raise
+    with publish_lock(path, wait=True, what="checkpoint save"):
+        remove_stale_temps(path)
+        tmp = temp_path(path)
+        try:
+            cfg_text, state_text = json.dumps(config), json.dumps(state)
+            expect: dict[str, tuple[Any, ...]] = {}
+            f = h5py.File(tmp, "w-", libver=LIBVER)
+            try:
+                f.attrs["numbatraj_replay"] = FORMAT_VERSION
+                f.attrs["config"] = cfg_text
+                f.attrs["state"] = state_text
+                if checksums:
+                    f.attrs["digests"] = json.dumps(
+                        {"config": digest_bytes(cfg_text.encode()),
+                         "state": digest_bytes(state_text.encode())})
+                for name, demo, ring in rows:
+                    for key, data in ((f"demo/{name}", demo), (f"ring/{name}", ring)):
+                        write_rows(f, key, data, checksums=checksums)
+                        expect[key] = data.shape
+                if tree is not None:
+                    for key in ("leaves", "stamps", "present"):
+                        write_rows(f, f"sampler/{key}", getattr(tree, key), checksums=checksums)
+                        expect[f"sampler/{key}"] = getattr(tree, key).shape
+                for key, arr in (side or {}).items():
+                    write_rows(f, f"side/{key}", arr, checksums=checksums)
+                    expect[f"side/{key}"] = arr.shape
+                f.flush()  # raises what a failed close would only print
+            except BaseException:
+                close_discarded(f)
+                raise
+            f.close()
+            fsync_file(tmp)
+            with h5py.File(tmp, "r") as g:  # reads back: metadata checksums, every dataset
+                missing = [k for k, shape in expect.items()
+                           if not isinstance(g.get(k), h5py.Dataset) or g[k].shape != shape]
+                if missing or g.attrs.get("state") != state_text:
+                    raise OSError(f"the written checkpoint does not read back ({missing})")
+            publish(tmp, path)
+        except BaseException as exc:
+            discard(tmp)
+            if isinstance(exc, OSError) and not isinstance(exc, NumbatrajError):
+                raise WriteFailedError(
+                    exc.errno, f"saving checkpoint {path!r} failed ({exc.strerror or exc}); "
+                    f"the previous checkpoint (if any) is untouched"
+                ) from exc
+            if isinstance(exc, RuntimeError | KeyError | ValueError) and \
+                    not isinstance(exc, NumbatrajError):
+                raise WriteFailedError(
+                    None, f"saving checkpoint {path!r} failed ({exc}); the previous "
+                    f"checkpoint (if any) is untouched"
+                ) from exc
+            raise
 
 
 @contextmanager
@@ -151,10 +208,15 @@ def open_checkpoint(path: str, kind: str) -> Iterator[tuple[h5py.File, dict[str,
     and the kind have been checked."""
     try:
         f = h5py.File(path, "r")
+    except FileNotFoundError:
+        raise
     except OSError as exc:
         raise IntegrityError(f"{path!r} is not a readable replay checkpoint: {exc}") from exc
     with f:
-        version = f.attrs.get("numbatraj_replay")
+        try:
+            version = f.attrs.get("numbatraj_replay")
+        except (OSError, RuntimeError, KeyError) as exc:
+            raise IntegrityError(f"{path!r}: unreadable attributes: {exc}") from exc
         if version is None:
             raise IntegrityError(f"{path!r} is not a replay checkpoint (no numbatraj_replay attr)")
         if int(version) not in READABLE_VERSIONS:
@@ -163,9 +225,18 @@ def open_checkpoint(path: str, kind: str) -> Iterator[tuple[h5py.File, dict[str,
                 f"versions {', '.join(map(str, READABLE_VERSIONS))}"
             )
         try:
-            cfg = json.loads(f.attrs["config"])
-            state = json.loads(f.attrs["state"])
-        except (KeyError, ValueError) as exc:
+            cfg_text, state_text = f.attrs["config"], f.attrs["state"]
+            digests = json.loads(f.attrs["digests"]) if "digests" in f.attrs else None
+            if digests is not None and (
+                digests.get("config") != digest_bytes(str(cfg_text).encode())
+                or digests.get("state") != digest_bytes(str(state_text).encode())
+            ):
+                raise IntegrityError(f"checkpoint {path!r}: config/state fail their checksum")
+            cfg = json.loads(cfg_text)
+            state = json.loads(state_text)
+        except IntegrityError:
+            raise
+        except (KeyError, ValueError, OSError, RuntimeError, AttributeError) as exc:
             raise IntegrityError(f"checkpoint {path!r}: unreadable config/state: {exc}") from exc
         if not isinstance(cfg, dict) or not isinstance(state, dict):
             raise IntegrityError(f"checkpoint {path!r}: unreadable config/state: not objects")
@@ -226,7 +297,14 @@ def read_side(f: h5py.File, path: str) -> dict[str, np.ndarray]:
     g = f.get("side")
     if g is None or "rows" not in g:
         raise IntegrityError(f"checkpoint {path!r}: no next_of side table (side/rows)")
-    return {k: g[k][()] for k in g}
+    out: dict[str, np.ndarray] = {}
+    for k in g:
+        ds = g[k]
+        if not isinstance(ds, h5py.Dataset):
+            raise IntegrityError(f"checkpoint {path!r}: side/{k} is not a dataset")
+        out[k] = np.empty(ds.shape, ds.dtype)
+        read_rows(f, f"side/{k}", out[k], path)  # checked against its digests
+    return out
 
 
 def held_rows(capacity: int, demo_capacity: int, n_demo: int, size: int) -> np.ndarray:
@@ -240,37 +318,81 @@ def held_rows(capacity: int, demo_capacity: int, n_demo: int, size: int) -> np.n
 _CHUNK_BYTES = 1 << 20
 
 
-def write_rows(f: h5py.File, key: str, data: np.ndarray) -> None:
-    """``data`` as dataset ``key``, copied through 1 MiB pieces when its rows are strided."""
+def _piece_rows(row_bytes: int) -> int:
+    return max(1, _CHUNK_BYTES // max(1, row_bytes))
+
+
+def write_rows(f: h5py.File, key: str, data: np.ndarray, *, checksums: bool = True) -> None:
+    """``data`` as dataset ``key``, copied through 1 MiB pieces when its rows are strided;
+    ``checksums``: with the digests of its pieces (attribute ``nbh64``)."""
+    row_bytes = data[0].nbytes if data.ndim and data.shape[0] else data.nbytes
+    step = _piece_rows(row_bytes)
     if data.flags.c_contiguous or not data.size:
-        f.create_dataset(key, data=data)
+        ds = flushed(f.create_dataset(key, data=data))
+        if checksums:
+            ds.attrs["nbh64"] = digest_chunks(data, step * row_bytes) if data.ndim else \
+                digest_chunks(data.reshape(1), max(1, data.nbytes))
         return
     ds = f.create_dataset(key, shape=data.shape, dtype=data.dtype)
-    step = max(1, _CHUNK_BYTES // max(1, data[0].nbytes))
+    pieces = []
     for a in range(0, data.shape[0], step):
-        ds[a : a + step] = np.ascontiguousarray(data[a : a + step])
+        piece = np.ascontiguousarray(data[a : a + step])
+        ds[a : a + step] = piece
+        pieces.append(digest_chunks(piece, max(1, piece.nbytes)))
+    flushed(ds)
+    if checksums:
+        ds.attrs["nbh64"] = np.concatenate(pieces) if pieces else np.zeros(0, np.uint64)
+
+
+def _check_pieces(path: str, key: str, want: np.ndarray | None, first: int,
+                  got: np.ndarray) -> None:
+    if want is None:
+        return
+    want = want[first : first + got.size]
+    if got.shape != want.shape or (got != want).any():
+        bad = int(np.flatnonzero(got != want)[0]) + first if got.shape == want.shape else first
+        raise IntegrityError(
+            f"checkpoint {path!r}: dataset {key!r} fails its checksum (piece {bad}): the file "
+            f"is corrupt"
+        )
 
 
 def read_rows(f: h5py.File, key: str, dest: np.ndarray, path: str) -> None:
+    try:
+        _read_rows(f, key, dest, path)
+    except IntegrityError:
+        raise
+    except (OSError, RuntimeError, KeyError, ValueError, TypeError) as exc:
+        raise IntegrityError(f"checkpoint {path!r}: dataset {key!r} cannot be read: {exc}") from exc
+
+
+def _read_rows(f: h5py.File, key: str, dest: np.ndarray, path: str) -> None:
     ds = f.get(key)
-    if ds is None or ds.shape != dest.shape or ds.dtype != dest.dtype:
-        got = "missing" if ds is None else f"{ds.dtype} {ds.shape}"
+    if not isinstance(ds, h5py.Dataset) or ds.shape != dest.shape or ds.dtype != dest.dtype:
+        got = "missing" if ds is None else (
+            f"{ds.dtype} {ds.shape}" if isinstance(ds, h5py.Dataset) else "not a dataset")
         raise IntegrityError(
             f"checkpoint {path!r}: dataset {key!r} is {got}, expected {dest.dtype} {dest.shape}"
         )
+    want = np.asarray(ds.attrs["nbh64"], np.uint64) if "nbh64" in ds.attrs else None
     if not dest.size:
         return
+    row_bytes = dest[0].nbytes if dest.ndim else dest.nbytes
+    step = _piece_rows(row_bytes)
     if dest.flags.c_contiguous:
         ds.read_direct(dest)
+        if want is not None:
+            _check_pieces(path, key, want, 0, digest_chunks(dest, step * row_bytes)
+                          if dest.ndim else digest_chunks(dest.reshape(1), dest.nbytes))
         return
     # a column of the replay's row records: through a small contiguous buffer, so a load
     # never holds a second copy of a column
-    per_row = max(1, dest[0].nbytes)
-    step = max(1, _CHUNK_BYTES // per_row)
     buf = np.empty((min(step, dest.shape[0]), *dest.shape[1:]), dtype=dest.dtype)
-    for a in range(0, dest.shape[0], step):
+    for i, a in enumerate(range(0, dest.shape[0], step)):
         n = min(step, dest.shape[0] - a)
         ds.read_direct(buf[:n], source_sel=np.s_[a : a + n])
+        if want is not None:
+            _check_pieces(path, key, want, i, digest_chunks(buf[:n], max(1, buf[:n].nbytes)))
         dest[a : a + n] = buf[:n]
 
 

@@ -2,14 +2,17 @@
 
 Transitions recorded during teleoperation or DAgger interventions are not episodes of a
 trajectory store: they are rows for an off-policy replay.  A ``.demo`` file is one flat,
-self-describing, memory-mappable file (format version 1, little-endian):
+self-describing, memory-mappable file (format version 2, little-endian):
 
 =========  ========================================================================
 offset     content
 =========  ========================================================================
 0          fixed header, 64 bytes: magic ``b"NTJDEMO\\0"`` (8), version uint32,
            JSON length uint32, n_rows uint64, record_bytes uint64, CRC-32 of the
-           records uint32, 28 zero bytes
+           records uint32, CRC-32 of the header (these 64 bytes with this field zero,
+           the JSON and its padding) uint32, flags uint32 (bit 0: the records CRC is
+           set; clear when written with ``checksums=False``), 20 zero bytes
+           (version 1: no header CRC, 28 zero bytes; still read)
 64         JSON (UTF-8): ``{"columns": [{"name", "dtype", "shape"}...],
            "data_offset": int}``; zero padding to a multiple of 64
 data_off   ``n_rows`` packed records of the structured dtype the columns describe
@@ -19,7 +22,11 @@ Every file has a bool ``intervention`` column (True where a human took over).  T
 builds a temporary file beside ``path`` (``numbatraj.io.atomic.temp_path``) and publishes it
 when :meth:`DemoWriter.close` has written the final
 row count and CRC; a reader refuses a wrong magic, an unknown version, a header that does
-not parse, and a file whose size is not exactly ``data_offset + n_rows * record_bytes``.
+not parse, a header whose CRC fails (a flipped ``<f4`` -> ``<i4`` is an error, never a
+reinterpretation), and a file whose size is not exactly ``data_offset + n_rows *
+record_bytes``.  The writer holds the path's publish lock while it writes (a second writer
+of one path fails at once naming the first); a failed write is a
+:class:`~numbatraj.errors.WriteFailedError` and publishes nothing.
 """
 
 from __future__ import annotations
@@ -35,16 +42,17 @@ from typing import Any
 import numpy as np
 
 from numbatraj.data.column import ColumnSpec
-from numbatraj.errors import IntegrityError, NumbatrajError, SchemaError
-from numbatraj.io.atomic import discard, publish, temp_path
+from numbatraj.errors import IntegrityError, NumbatrajError, SchemaError, WriteFailedError
+from numbatraj.io.atomic import discard, publish, publish_lock, remove_stale_temps, temp_path
 from numbatraj.replay.columns import ReplayColumns
 
 __all__ = ["DemoWriter", "DemoFile", "DEMO_MAGIC", "DEMO_VERSION", "INTERVENTION"]
 
 DEMO_MAGIC = b"NTJDEMO\x00"
-DEMO_VERSION = 1
+DEMO_VERSION = 2
 INTERVENTION = "intervention"
-_FIXED = struct.Struct("<8sIIQQI28x")  # 64 bytes
+_FIXED = struct.Struct("<8sIIQQIII20x")  # 64 bytes
+_FLAG_RECORD_CRC = 1
 _ALIGN = 64
 
 
@@ -82,10 +90,21 @@ class DemoWriter:
     """
 
     def __init__(self, path: str | os.PathLike[str], columns: Iterable[ColumnSpec], *,
-                 overwrite: bool = False) -> None:
+                 overwrite: bool = False, checksums: bool = True) -> None:
         self.path = os.fspath(path)
-        if os.path.exists(self.path) and not overwrite:
-            raise FileExistsError(f"{self.path!r} exists; pass overwrite=True to replace it")
+        self._checksums = bool(checksums)
+        self._lock = publish_lock(self.path, wait=False, what="DemoWriter")
+        self._lock.acquire()
+        try:
+            if os.path.exists(self.path) and not overwrite:
+                raise FileExistsError(f"{self.path!r} exists; pass overwrite=True to replace it")
+            remove_stale_temps(self.path)
+            self._open(columns, overwrite)
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _open(self, columns: Iterable[ColumnSpec], overwrite: bool) -> None:
         self._cols = ReplayColumns(_with_intervention(columns))
         self._data_cols = ReplayColumns(
             [s for s in self._cols.specs.values() if s.name != INTERVENTION]
@@ -113,14 +132,30 @@ class DemoWriter:
         self._overwrite = overwrite
         self._keep_tmp = False
         self.tmp_path = temp_path(self.path)
-        self._f: Any = open(self.tmp_path, "wb")  # noqa: SIM115 - closed in close()/abort()
-        self._f.write(self._fixed())
-        self._f.write(body)
-        self._f.write(b"\0" * (off - _FIXED.size - len(body)))
+        self._f: Any = open(self.tmp_path, "xb")  # noqa: SIM115 - closed in close()/abort()
+        try:
+            self._f.write(self._fixed())
+            self._f.write(body)
+            self._f.write(b"\0" * (off - _FIXED.size - len(body)))
+        except OSError as exc:
+            self._f.close()
+            self._f = None
+            discard(self.tmp_path)
+            raise self._failed(exc) from exc
+
+    def _failed(self, exc: OSError) -> WriteFailedError:
+        return WriteFailedError(exc.errno, f"writing {self.path!r} failed ({exc.strerror or exc})"
+                                f"; nothing was published")
 
     def _fixed(self) -> bytes:
+        flags = _FLAG_RECORD_CRC if self._checksums else 0
+        crc = self._crc if self._checksums else 0
+        pad = b"\0" * (self._offset - _FIXED.size - len(self._json))
+        blank = _FIXED.pack(DEMO_MAGIC, DEMO_VERSION, len(self._json), self._n,
+                            self._dtype.itemsize, crc, 0, flags)
+        head_crc = zlib.crc32(blank + self._json + pad)
         return _FIXED.pack(DEMO_MAGIC, DEMO_VERSION, len(self._json), self._n,
-                           self._dtype.itemsize, self._crc)
+                           self._dtype.itemsize, crc, head_crc, flags)
 
     @property
     def columns(self) -> dict[str, ColumnSpec]:
@@ -147,8 +182,13 @@ class DemoWriter:
         for name, a in arrays.items():
             rec[name] = a
         data = rec.tobytes()
-        self._f.write(data)
-        self._crc = zlib.crc32(data, self._crc)
+        try:
+            self._f.write(data)
+        except OSError as exc:
+            self.abort()
+            raise self._failed(exc) from exc
+        if self._checksums:
+            self._crc = zlib.crc32(data, self._crc)
         self._n += n
         return n
 
@@ -160,15 +200,24 @@ class DemoWriter:
         if f is None:
             return
         try:
-            f.seek(0)
-            f.write(self._fixed())
-            f.flush()
-        finally:
-            f.close()
+            try:
+                f.seek(0)
+                f.write(self._fixed())
+                f.flush()
+            finally:
+                f.close()
+        except OSError as exc:
+            self.abort()
+            raise self._failed(exc) from exc
         try:
             publish(self.tmp_path, self.path, overwrite=self._overwrite)
         except FileExistsError:
+            self._lock.release()
             self._raise_appeared()
+        except BaseException:
+            self.abort()
+            raise
+        self._lock.release()
 
     def _raise_appeared(self) -> None:
         self._keep_tmp = True
@@ -182,7 +231,11 @@ class DemoWriter:
         """Discard the temporary file; ``path`` is untouched."""
         f, self._f = self._f, None
         if f is not None:
-            f.close()
+            try:
+                f.close()
+            except OSError:
+                pass  # being discarded
+        self._lock.release()
         if self._keep_tmp:  # finished, but a file appeared at path: keep the work
             return
         discard(self.tmp_path)
@@ -228,14 +281,30 @@ class DemoFile:
                     f"{self.path!r} is not a .demo file: it starts with {head[:8]!r}, expected "
                     f"the magic {DEMO_MAGIC!r} (file is {size} bytes)"
                 )
-            magic, version, jlen, n, rec_bytes, crc = _FIXED.unpack(head)
-            if version != DEMO_VERSION:
+            magic, version, jlen, n, rec_bytes, crc, head_crc, flags = _FIXED.unpack(head)
+            if version not in (1, DEMO_VERSION):
                 raise IntegrityError(
-                    f"{self.path!r} is .demo version {version}; this numbatraj reads version "
-                    f"{DEMO_VERSION}"
+                    f"{self.path!r} is .demo version {version}; this numbatraj reads versions "
+                    f"1 and {DEMO_VERSION}"
                 )
+            if version == 1:
+                flags = _FLAG_RECORD_CRC
+            raw_json = f.read(jlen)
+            if version >= 2:
+                rest = f.read(max(0, min(size, 1 << 20) - _FIXED.size - jlen))
+                blank = _FIXED.pack(magic, version, jlen, n, rec_bytes, crc, 0, flags)
+                try:
+                    offset_guess = int(json.loads(raw_json.decode())["data_offset"])
+                except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+                    offset_guess = -1
+                pad = rest[: max(0, offset_guess - _FIXED.size - jlen)]
+                if offset_guess < 0 or zlib.crc32(blank + raw_json + pad) != head_crc:
+                    raise IntegrityError(
+                        f"{self.path!r}: the .demo header fails its CRC-32 (a flipped bit in "
+                        f"the header or its JSON); the file is corrupt"
+                    )
             try:
-                meta = json.loads(f.read(jlen).decode())
+                meta = json.loads(raw_json.decode())
                 specs = [ColumnSpec(c["name"], np.dtype(c["dtype"]), tuple(c["shape"]))
                          for c in meta["columns"]]
                 offset = int(meta["data_offset"])
@@ -267,7 +336,7 @@ class DemoFile:
                                   shape=(self.n_rows,))
         else:
             self._rec = np.zeros(0, dtype=self._dtype)
-        if verify:
+        if verify and flags & _FLAG_RECORD_CRC:
             got = zlib.crc32(self._rec.view(np.uint8)) if n else 0  # type: ignore[arg-type]
             if got != crc:
                 raise IntegrityError(

@@ -344,24 +344,27 @@ def test_destination_appearing_while_writing_keeps_the_finished_store(tmp_path):
         np.testing.assert_array_equal(s.load_column("x"), np.arange(4))
 
 
-def test_append_rows_io_error_leaves_columns_in_step(tmp_path, monkeypatch):
+def test_io_error_kills_the_writer_and_publishes_nothing(tmp_path, monkeypatch):
+    from numbatraj.errors import WriteFailedError
+
     path = tmp_path / "s.h5"
+    path.write_bytes(b"previous")
     cols = [ColumnSpec("x", np.int32), ColumnSpec("y", np.int32)]
-    with TrajectoryStoreWriter(path, cols) as w:
-        real = w._ds["y"].write_direct
+    w = TrajectoryStoreWriter(path, cols, overwrite=True)
 
-        def failing(*args, **kwargs):
-            raise OSError("disk full")
+    def failing(*args, **kwargs):
+        raise OSError(28, "No space left on device")
 
-        monkeypatch.setattr(w._ds["y"], "write_direct", failing)
-        with pytest.raises(OSError, match="disk full"):
-            w.append_rows({"x": np.arange(3, dtype=np.int32), "y": np.arange(3, dtype=np.int32)})
-        assert w._counts == {"x": 0, "y": 0} and w._ds["x"].shape[0] == 0
-        monkeypatch.setattr(w._ds["y"], "write_direct", real)
-        w.append_rows({"x": np.arange(2, dtype=np.int32), "y": np.arange(2, dtype=np.int32)})
-        w.end_episode()
-    with TrajectoryStore(path) as s:
-        np.testing.assert_array_equal(s.load_column("x"), [0, 1])
+    monkeypatch.setattr(w._ds["y"], "write_direct", failing)
+    with pytest.raises(WriteFailedError, match="column 'y'.*No space left") as info:
+        w.append_rows({"x": np.arange(3, dtype=np.int32), "y": np.arange(3, dtype=np.int32)})
+    assert info.value.errno == 28 and isinstance(info.value, OSError)
+    with pytest.raises(WriteFailedError, match="failed earlier"):
+        w.append("x", np.arange(2, dtype=np.int32))
+    with pytest.raises(WriteFailedError):
+        w.close()
+    assert path.read_bytes() == b"previous"  # the previous file is intact
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.h5"]  # temporary and lock gone
 
 
 def test_zero_chunk_rows_refused(tmp_path):

@@ -73,7 +73,8 @@ def test_layout_with_plain_h5py(tmp_path, rng):
         assert raw.dtype == np.uint8
     text = raw.tobytes().decode("utf-8")
     lines = text.splitlines()
-    assert "format_version=1" in lines
+    assert "format_version=2" in lines and "checksums=nbh64" in lines
+    assert lines[-1].startswith("manifest_digest=")
     assert "env_id=walker-walk" in lines and "seed=99" in lines
     assert "n_rows=120" in lines and "n_episodes=2" in lines
     assert "columns=state,action,reward,done" in lines
@@ -211,7 +212,7 @@ def test_close_writes_extra_datasets_before_publishing(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "link", link)
     w.close(datasets=extra)
     monkeypatch.undo()
-    assert published == [(path, sorted(["q", "ep_len", "ep_offset", "__manifest__", *extra]))]
+    assert published == [(path, sorted(["q", "ep_len", "ep_offset", "__manifest__", "__checksums__", *extra]))]
     with h5py.File(path, "r") as f:
         for name, value in extra.items():
             assert f[name].dtype == np.asarray(value).dtype

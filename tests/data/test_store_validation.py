@@ -128,7 +128,8 @@ def test_unreadable_chunk_is_reported(tmp_path, rng):
         assert s.n_rows == 64
     report = validate_store(path)  # ...but the full pass finds the bad chunk
     assert not report.ok
-    assert any("dataset 'img' cannot be read" in e for e in report.errors), report.errors
+    assert any("column 'img' rows 16..23 (chunk 2) cannot be decoded" in e
+               for e in report.errors), report.errors
 
 
 def test_validate_ok_store(store):

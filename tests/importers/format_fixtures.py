@@ -310,7 +310,16 @@ def zip_dir(src: Path, dst: Path) -> None:
 
 # ------------------------------------------------------------------ memory
 def peak_traced_bytes(fn: Callable[[], Any]) -> int:
-    """Peak bytes traced by tracemalloc (numpy buffers included) while ``fn`` runs."""
+    """Peak bytes traced by tracemalloc (numpy buffers included) while ``fn`` runs.
+
+    The store writer's checksum kernels are compiled (or loaded from Numba's cache) first:
+    that is once per process, not the import's working set."""
+    from numbatraj.data.checksums import ChunkDigester, digest_chunks
+
+    d = ChunkDigester(4, 3)
+    d.feed(np.zeros((6, 3), np.uint8))
+    d.finish()
+    digest_chunks(np.zeros(64, np.uint8), 8)
     tracemalloc.start()
     try:
         tracemalloc.reset_peak()

@@ -186,3 +186,67 @@ def test_names_and_suffixes() -> None:
     assert archive_kind("X.TAR.ZST") == "zst" and archive_kind("a.tgz") == "gz"
     with pytest.raises(UnsafeArchiveError, match="a.zip: not a supported archive.*tar.zst"):
         archive_kind("a.zip")
+
+
+# ------------------------------------------------------------------ issue 15: archives
+
+
+def _tar_dir(tmp_path: Path, src: Path, name: str) -> Path:
+    """``tar -C src -czf name .`` (a ./-rooted archive, the usual way to make one)."""
+    out = tmp_path / name
+    with tarfile.open(out, "w:gz") as tar:
+        tar.add(src, arcname=".")
+    return out
+
+
+def test_dot_rooted_archive_is_accepted(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "meshes").mkdir(parents=True)
+    (src / "meshes" / "a.obj").write_bytes(b"v 0 0 0\n")
+    arc = _tar_dir(tmp_path, src, "x.tar.gz")
+    with tarfile.open(arc) as t:
+        assert t.getnames()[0] == "."
+    res = safe_extract(arc, tmp_path / "out")
+    assert res.files == ("meshes/a.obj",)
+    assert (tmp_path / "out" / "meshes" / "a.obj").read_bytes() == b"v 0 0 0\n"
+
+
+@pytest.mark.parametrize("name", [f"{COMPLETE_MARKER}.tmp", f"{COMPLETE_MARKER}/x",
+                                  f"./{COMPLETE_MARKER}.abcdef0123456789.tmp"])
+def test_marker_named_members_are_refused_as_unsafe(tmp_path: Path, name: str) -> None:
+    arc = write_archive(tmp_path / "m.tar.gz", [*GOOD, (name, None, b"{}")])
+    with pytest.raises(UnsafeArchiveError, match="completion marker.*unsafe"):
+        safe_extract(arc, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.tar.gz"]
+
+
+def test_a_flipped_bit_in_a_gzip_stream_is_an_error_naming_the_archive(tmp_path: Path) -> None:
+    payload = bytes(range(256)) * 4000
+    arc = write_archive(tmp_path / "p.tar.gz", [("data.bin", None, payload)])
+    raw = bytearray(arc.read_bytes())
+    caught = 0
+    for pos in range(20, len(raw) - 8, max(1, (len(raw) - 28) // 30)):
+        bad = bytearray(raw)
+        bad[pos] ^= 0x10
+        p = tmp_path / "bad.tar.gz"
+        p.write_bytes(bad)
+        try:
+            res = safe_extract(p, tmp_path / "o")
+        except UnsafeArchiveError as exc:
+            assert "bad.tar.gz" in str(exc)
+            caught += 1
+        else:  # a flip that decodes to the same bytes (never seen, but not wrong)
+            assert (tmp_path / "o" / "data.bin").read_bytes() == payload, res
+    assert caught >= 25
+
+
+def test_compression_ratio_and_total_limits(tmp_path: Path) -> None:
+    arc = write_archive(tmp_path / "bomb.tar.gz", [("zeros.bin", None, b"\0" * (8 << 20))])
+    assert arc.stat().st_size < 64 << 10
+    with pytest.raises(UnsafeArchiveError, match="decompression bomb"):
+        safe_extract(arc, tmp_path / "o", max_ratio=10)
+    with pytest.raises(UnsafeArchiveError, match="over the limit of 1000"):
+        safe_extract(arc, tmp_path / "o", max_total_bytes=1000)
+    res = safe_extract(arc, tmp_path / "o", max_ratio=None)  # settable
+    assert res.bytes == 8 << 20

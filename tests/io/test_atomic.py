@@ -141,3 +141,111 @@ def test_replay_journal_refuses_bad_journals(tmp_path, renames, needle):
     journal.write_text(json.dumps({"version": 1, "renames": renames}))
     with pytest.raises(ValueError, match=needle):
         atomic.replay_journal(str(journal), root=str(tmp_path))
+
+
+# ------------------------------------------------------------------ issue 15: locks, kill windows
+
+
+def test_second_writer_fails_at_once_naming_the_holder(tmp_path):
+    import multiprocessing as mp
+
+    import numpy as np
+
+    from numbatraj import ColumnSpec, TrajectoryStoreWriter
+    from numbatraj.errors import LockedError
+    from numbatraj.io.atomic import publish_lock
+
+    dest = tmp_path / "s.h5"
+    ctx = mp.get_context("spawn")
+    ready, release = ctx.Event(), ctx.Event()
+    p = ctx.Process(target=_hold_lock, args=(str(dest), ready, release))
+    p.start()
+    try:
+        assert ready.wait(60)
+        with pytest.raises(LockedError, match=rf"pid {p.pid} \(holder test\)"):
+            TrajectoryStoreWriter(dest, [ColumnSpec("x", np.float32)])
+        with pytest.raises(LockedError, match="after waiting 0.2 s"):
+            publish_lock(dest, wait=0.2).acquire()
+    finally:
+        release.set()
+        p.join(30)
+    with publish_lock(dest, wait=5):  # free again
+        pass
+    assert sorted(x.name for x in tmp_path.iterdir()) == []  # the lock file goes with it
+
+
+def _hold_lock(dest, ready, release):
+    from numbatraj.io.atomic import publish_lock
+
+    with publish_lock(dest, what="holder test"):
+        ready.set()
+        release.wait(60)
+
+
+def test_lock_is_reentrant_in_one_thread_and_excludes_another(tmp_path):
+    import threading
+
+    from numbatraj.errors import LockedError
+    from numbatraj.io.atomic import publish_lock
+
+    dest = tmp_path / "x"
+    with publish_lock(dest), publish_lock(dest):
+        errors = []
+
+        def other():
+            try:
+                publish_lock(dest, wait=False).acquire()
+            except LockedError as exc:
+                errors.append(exc)
+
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        assert len(errors) == 1
+
+
+def test_kill_between_link_and_remove_cannot_truncate_the_finished_file(tmp_path, rng):
+    """A writer killed between os.link(tmp, path) and os.remove(tmp) leaves a second name of
+    the finished store; the next overwrite writer must leave the finished bytes alone and
+    remove the stale name."""
+    import numpy as np
+
+    from numbatraj import ColumnSpec, TrajectoryStore, TrajectoryStoreWriter
+    from numbatraj.io.atomic import temp_path
+
+    dest = tmp_path / "s.h5"
+    with TrajectoryStoreWriter(dest, [ColumnSpec("x", np.float32, (4,))]) as w:
+        w.append("x", np.ones((100, 4), np.float32))
+        w.end_episode()
+    finished = dest.read_bytes()
+    stale = temp_path(dest)
+    os.link(dest, stale)  # the state a kill between link and remove leaves
+    w = TrajectoryStoreWriter(dest, [ColumnSpec("x", np.float32, (4,))], overwrite=True)
+    assert not os.path.exists(stale)  # removed by the new holder of the lock, not opened
+    assert dest.read_bytes() == finished
+    w.append("x", np.zeros((3, 4), np.float32))
+    w.end_episode()
+    assert dest.read_bytes() == finished  # untouched until the new store is published
+    w.close()
+    with TrajectoryStore(dest) as s:
+        assert s.n_rows == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.h5"]
+
+
+def test_replace_dir_swaps_atomically(tmp_path, monkeypatch):
+    from numbatraj.io import atomic
+
+    dest = tmp_path / "tree"
+    dest.mkdir()
+    (dest / "old.txt").write_text("old")
+    new = tmp_path / "new"
+    new.mkdir()
+    (new / "new.txt").write_text("new")
+    renames = []
+    real = os.rename
+    monkeypatch.setattr(os, "rename", lambda a, b: (renames.append((a, b)), real(a, b))[1])
+    atomic.replace_dir(new, dest)
+    assert sorted(p.name for p in dest.iterdir()) == ["new.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tree"]
+    # with the exchange, dest itself is never renamed away (no moment without a tree)
+    assert all(os.fspath(a) != os.fspath(dest) for a, _ in renames)

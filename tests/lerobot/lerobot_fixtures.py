@@ -39,6 +39,7 @@ __all__ = [
     "action_row",
     "adversarial_spec",
     "expected_code",
+    "extra_value",
     "frame_code",
     "read_code",
     "state_row",
@@ -104,6 +105,11 @@ class DatasetSpec:
     #: error of LeRobot's accumulated durations (an importer that floors instead of
     #: rounding ``from_timestamp * fps`` picks the wrong frame).
     timestamp_drift: float = 1e-9
+    #: Extra features, ``name -> (dtype, shape)``, with values from :func:`extra_value`
+    #: (``next.reward``, ``next.done``, ``observation.environment_state``...).
+    extra_features: dict[str, tuple[str, list[int]]] = field(default_factory=dict)
+    #: Cameras stored as PNG images inside the data files (dtype ``image``), not as video.
+    image_cameras: list[CameraSpec] = field(default_factory=list)
 
 
 def state_row(ep: int, j: int, dim: int) -> np.ndarray:
@@ -116,6 +122,21 @@ def action_row(ep: int, j: int, dim: int) -> np.ndarray:
     """The ``action`` of frame ``j`` of episode ``ep`` (float32)."""
     k = np.arange(dim, dtype=np.float64)
     return (np.cos(0.21 * j - 0.7 * ep + 2 * k) * (2.0 - 0.3 * k) - 0.05 * j).astype(np.float32)
+
+
+def extra_value(name: str, dtype: str, shape: list[int], ep: int, j: int) -> np.ndarray:
+    """The value of extra feature ``name`` at frame ``j`` of episode ``ep`` (exact in its
+    dtype)."""
+    k = sum(map(ord, name)) % 97
+    size = int(np.prod(shape))
+    base = np.arange(size, dtype=np.float64) + 100 * ep + j + k / 8
+    if dtype == "bool":
+        val = (np.arange(size) + ep + j + k) % 3 == 0
+    elif dtype.startswith(("int", "uint")):
+        val = (base * 8).astype(np.int64) % 120
+    else:
+        val = base / 4
+    return np.asarray(val, dtype=dtype).reshape(shape)
 
 
 def frame_code(cam: int, ep: int, j: int, height: int, width: int) -> np.ndarray:
@@ -273,8 +294,21 @@ def _write_data(root: str, spec: DatasetSpec, starts: list[int], task_of: list[i
         idx_a, ep_a, fi_a = (np.asarray(x, np.int64)[order] for x in (idx, epi, fi))
         state = np.stack([state_row(e, j, spec.state_dim) for e, j in zip(ep_a, fi_a)])
         action = np.stack([action_row(e, j, spec.action_dim) for e, j in zip(ep_a, fi_a)])
+        extra: dict[str, Any] = {}
+        for name, (dtype, shape) in spec.extra_features.items():
+            vals = np.stack([extra_value(name, dtype, shape, e, j) for e, j in zip(ep_a, fi_a)])
+            if shape == [1]:
+                extra[name] = pa.array(vals.reshape(-1))
+            else:
+                flat = pa.array(vals.reshape(-1))
+                extra[name] = pa.FixedSizeListArray.from_arrays(flat, int(np.prod(shape)))
+        for cam_id, cam in enumerate(spec.image_cameras, start=len(spec.cameras)):
+            pngs = [_png(_frame(cam_id, e, j, cam)) for e, j in zip(ep_a, fi_a)]
+            extra[cam.name] = pa.array([{"bytes": b, "path": None} for b in pngs],
+                                       pa.struct([("bytes", pa.binary()), ("path", pa.string())]))
         table = pa.table(
             {
+                **extra,
                 S.ACTION_KEY: _vector_array(action, fixed=True),
                 S.STATE_KEY: _vector_array(state, fixed=False),
                 "timestamp": pa.array((fi_a / spec.fps).astype(np.float32)),
@@ -287,6 +321,16 @@ def _write_data(root: str, spec: DatasetSpec, starts: list[int], task_of: list[i
         path = os.path.join(root, S.data_file(S.DEFAULT_DATA_PATH, *key))
         os.makedirs(os.path.dirname(path), exist_ok=True)
         pq.write_table(table, path, compression="snappy")
+
+
+def _png(img: np.ndarray) -> bytes:
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, format="PNG")
+    return buf.getvalue()
 
 
 def _write_meta(root: str, spec: DatasetSpec, ep_rows: dict[int, dict[str, Any]]) -> None:
@@ -309,6 +353,11 @@ def _write_meta(root: str, spec: DatasetSpec, ep_rows: dict[int, dict[str, Any]]
     }
     for cam in spec.cameras:
         features[cam.name] = S.video_feature(cam.height, cam.width, codec=cam.codec, fps=spec.fps)
+    for cam in spec.image_cameras:
+        features[cam.name] = {"dtype": "image", "shape": [cam.height, cam.width, 3],
+                              "names": ["height", "width", "channels"]}
+    for name, (dtype, shape) in spec.extra_features.items():
+        features[name] = {"dtype": dtype, "shape": list(shape), "names": None}
     info = S.build_info(
         fps=spec.fps,
         features=features,

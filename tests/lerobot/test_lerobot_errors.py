@@ -205,13 +205,13 @@ def test_every_episode_rejected(tmp_path):
     _import_fails(tmp_path, root, EpisodeError, "every episode")
 
 
-def test_image_cameras_refused(tmp_path):
+def test_declared_feature_missing_from_the_data_files(tmp_path):
     root = write_dataset(tmp_path / "ds", adversarial_spec())
     info_path = os.path.join(root, "meta/info.json")
     info = json.load(open(info_path))
     info["features"]["observation.images.top"] = {"dtype": "image", "shape": [24, 32, 3]}
     json.dump(info, open(info_path, "w"))
-    _import_fails(tmp_path, root, LeRobotFormatError, "observation.images.top", "video")
+    _import_fails(tmp_path, root, LeRobotFormatError, "observation.images.top", "no column")
 
 
 def test_state_width_disagreeing_with_info(tmp_path):

@@ -24,6 +24,7 @@ from PIL import Image
 
 from numbatraj.data.store import TrajectoryStore
 from numbatraj.data.validate import validate_store
+from numbatraj.errors import LeRobotFormatError
 from numbatraj.io.atomic import is_temp_name
 from numbatraj.lerobot import read as lerobot_import
 from numbatraj.lerobot.read import NORM_STD_FLOOR, import_lerobot_v3
@@ -246,14 +247,29 @@ def test_std_floor_applies_to_constant_joints(tmp_path):
         assert np.all(f["norm_action_std"][()] > NORM_STD_FLOOR)  # these joints move
 
 
-def test_existing_output_reused_unless_force(tmp_path):
+def test_existing_output_reused_only_when_it_validates_and_its_fingerprint_matches(tmp_path):
+    from numbatraj.errors import DatasetExistsError
+
     root = write_dataset(tmp_path / "ds", adversarial_spec())
     out = tmp_path / "s.h5"
-    out.write_bytes(b"not rebuilt")
-    import_lerobot_v3(root, out, height=24, width=32, show_progress=False)
-    assert out.read_bytes() == b"not rebuilt"
-    import_lerobot_v3(root, out, height=24, width=32, show_progress=False, force=True)
+    for junk in (b"not a store", b"\x89HDF\r\n\x1a\n truncated"):
+        out.write_bytes(junk)
+        with pytest.raises(DatasetExistsError, match="does not validate.*overwrite"):
+            import_lerobot_v3(root, out, height=24, width=32, show_progress=False)
+        assert out.read_bytes() == junk
+    import_lerobot_v3(root, out, height=24, width=32, show_progress=False, force=True)  # alias
     assert validate_store(str(out)).ok
+    first = out.stat().st_mtime_ns
+    import_lerobot_v3(root, out, height=24, width=32, show_progress=False)  # reused
+    assert out.stat().st_mtime_ns == first
+    with pytest.raises(DatasetExistsError, match="fingerprint"):  # other parameters
+        import_lerobot_v3(root, out, height=12, width=16, show_progress=False)
+    other = write_dataset(tmp_path / "other", adversarial_spec())
+    with pytest.raises(DatasetExistsError, match="fingerprint"):  # another dataset
+        import_lerobot_v3(other, out, height=24, width=32, show_progress=False)
+    import_lerobot_v3(other, out, height=24, width=32, show_progress=False, overwrite=True)
+    with TrajectoryStore(out) as st:
+        assert st.manifest["attr.source"] == str(other)
 
 
 def test_padding_frames_are_never_imported(tmp_path):
@@ -430,12 +446,14 @@ def test_import_publishes_once_with_its_norm_stats(tmp_path, monkeypatch):
     import_lerobot_v3(root, out, height=24, width=32, show_progress=False, force=True)
     monkeypatch.undo()
     assert renamed_to == [out]  # published exactly once, straight to ``out``
-    assert modes == ["w"]  # built once by the store writer, never reopened
+    # built once by the store writer ("w-": a new temporary name), then reopened read-only
+    # once to verify it before publishing
+    assert modes == ["w-", "r"]
     assert not [p for p in os.listdir(tmp_path) if is_temp_name(p)]
     with h5py.File(out, "r") as f:
         assert sorted(f) == sorted(
-            ["__manifest__", "action", "ep_len", "ep_offset", "images", "qpos", "task_index",
-             "norm_action_mean", "norm_action_std", "norm_qpos_mean", "norm_qpos_std"]
+            ["__manifest__", "__checksums__", "action", "ep_len", "ep_offset", "images", "qpos",
+             "task_index", "timestamp", "norm_action_mean", "norm_action_std", "norm_qpos_mean", "norm_qpos_std"]
         )
 
 
@@ -496,5 +514,104 @@ def test_stray_temporaries_in_the_dataset_are_not_read(tmp_path):
     import_lerobot_v3(root, out, height=24, width=32, show_progress=False)
     with h5py.File(ref, "r") as a, h5py.File(out, "r") as b:
         for name in a:
-            if name != "__manifest__":
+            if name != "__manifest__" and isinstance(a[name], h5py.Dataset):
                 assert np.array_equal(a[name][()], b[name][()]), name
+
+
+# ------------------------------------------------------------------ issue 15: every feature
+
+RL_FEATURES = {
+    "next.reward": ("float32", [1]),
+    "next.done": ("bool", [1]),
+    "next.success": ("bool", [1]),
+    "observation.environment_state": ("float32", [4]),
+    "complementary_info.discrete_penalty": ("int64", [1]),
+}
+
+
+def _expected_extra(spec, name):
+    from tests.lerobot.lerobot_fixtures import extra_value
+
+    dtype, shape = spec.extra_features[name]
+    rows = [extra_value(name, dtype, shape, ep, j)
+            for ep, n in enumerate(spec.lengths) for j in range(n)]
+    arr = np.stack(rows)
+    return arr.reshape(-1) if shape == [1] else arr
+
+
+def test_reward_done_success_environment_state_become_columns(tmp_path):
+    spec = adversarial_spec(extra_features=RL_FEATURES)
+    root = write_dataset(tmp_path / "ds", spec)
+    out = str(tmp_path / "s.h5")
+    import_lerobot_v3(root, out, height=24, width=32, show_progress=False)
+    with TrajectoryStore(out) as s:
+        for name, (dtype, shape) in RL_FEATURES.items():
+            spec_col = s.columns[name]
+            assert spec_col.dtype == np.dtype(dtype)
+            assert spec_col.shape == (() if shape == [1] else tuple(shape))
+            np.testing.assert_array_equal(s.load_column(name), _expected_extra(spec, name))
+        ts = s.load_column("timestamp")  # a bookkeeping feature, kept too
+        j = np.concatenate([np.arange(n) for n in spec.lengths])
+        np.testing.assert_array_equal(ts, (j / spec.fps).astype(np.float32))
+        assert {"qpos", "action", "task_index", "images"} <= set(s.columns)
+        mapping = json.loads(s.manifest["attr.feature_columns"])
+        assert mapping["next.reward"] == "next.reward" and mapping["observation.state"] == "qpos"
+
+
+def test_a_feature_a_column_cannot_hold_is_an_error_naming_it(tmp_path):
+    spec = adversarial_spec(info_overrides={})
+    root = write_dataset(tmp_path / "ds", spec)
+    info_path = os.path.join(root, "meta", "info.json")
+    with open(info_path) as fh:
+        info = json.load(fh)
+    info["features"]["language_instruction"] = {"dtype": "string", "shape": [1], "names": None}
+    with open(info_path, "w") as fh:
+        json.dump(info, fh)
+    with pytest.raises(LeRobotFormatError, match="'language_instruction' has dtype 'string'"):
+        import_lerobot_v3(root, tmp_path / "s.h5", height=24, width=32, show_progress=False)
+    assert not (tmp_path / "s.h5").exists()
+
+
+def test_undeclared_data_column_or_camera_is_refused_not_dropped(tmp_path):
+    spec = adversarial_spec(extra_features={"next.reward": ("float32", [1])})
+    root = write_dataset(tmp_path / "ds", spec)
+    info_path = os.path.join(root, "meta", "info.json")
+    with open(info_path) as fh:
+        info = json.load(fh)
+    saved = json.loads(json.dumps(info))
+    del info["features"]["next.reward"]
+    with open(info_path, "w") as fh:
+        json.dump(info, fh)
+    with pytest.raises(LeRobotFormatError, match=r"\['next.reward'\].*declare"):
+        import_lerobot_v3(root, tmp_path / "s.h5", height=24, width=32, show_progress=False)
+    del saved["features"]["observation.images.wrist"]  # a camera dropped from info.json
+    with open(info_path, "w") as fh:
+        json.dump(saved, fh)
+    with pytest.raises(LeRobotFormatError, match="observation.images.wrist"):
+        import_lerobot_v3(root, tmp_path / "s.h5", height=24, width=32, show_progress=False)
+
+
+def test_image_cameras_are_imported_with_every_pixel(tmp_path):
+    from tests.lerobot.lerobot_fixtures import CameraSpec, frame_code
+
+    cams = [CameraSpec("observation.images.top", width=32, height=24),
+            CameraSpec("observation.images.side", width=32, height=24)]
+    spec = adversarial_spec(cameras=[], image_cameras=cams,
+                            extra_features={"next.reward": ("float32", [1])})
+    root = write_dataset(tmp_path / "ds", spec)
+    out = str(tmp_path / "s.h5")
+    import_lerobot_v3(root, out, height=24, width=32, show_progress=False)
+    with TrajectoryStore(out) as s:
+        images = s.load_column("images")
+        assert images.shape == (sum(spec.lengths), 2, 3, 24, 32)
+        assert s.manifest["attr.cameras"] == "observation.images.side,observation.images.top"
+        row = 0
+        for ep, n in enumerate(spec.lengths):
+            for j in range(n):
+                # cameras sorted by name: side (id 1), top (id 0); PNG is lossless
+                for c, cam_id in enumerate((1, 0)):
+                    want = frame_code(cam_id, ep, j, 24, 32).transpose(2, 0, 1)
+                    np.testing.assert_array_equal(images[row, c], want)
+                row += 1
+        np.testing.assert_array_equal(s.load_column("next.reward"),
+                                      _expected_extra(spec, "next.reward"))

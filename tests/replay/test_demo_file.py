@@ -35,7 +35,7 @@ def test_round_trip_and_memory_map(tmp_path):
     with open(path, "rb") as fh:
         head = fh.read(64)
     magic, version, jlen, n, rec, _crc = struct.unpack("<8sIIQQI28x", head)
-    assert magic == DEMO_MAGIC and version == 1 and n == 9 and rec == 3 * 4 + 2 * 4 + 4 + 3 * 4 + 1 + 1
+    assert magic == DEMO_MAGIC and version == 2 and n == 9 and rec == 3 * 4 + 2 * 4 + 4 + 3 * 4 + 1 + 1
     assert os.path.getsize(path) % 1 == 0 and (os.path.getsize(path) - 9 * rec) % 64 == 0
 
 
@@ -64,7 +64,9 @@ def test_truncated_extended_foreign_and_corrupt_files_refused(tmp_path):
         "extended": (data + b"\0" * 7, "longer than its header says"),
         "foreign": (b"PK\x03\x04" + data[4:], "not a .demo file"),
         "version": (data[:8] + struct.pack("<I", 99) + data[12:], "version 99"),
-        "json": (data[:64] + b"[" + data[65:], "header .* unreadable"),
+        "json": (data[:64] + b"[" + data[65:], "header fails its CRC-32"),
+        # the case: <f4 edited to <i4 reinterpreted the values silently
+        "dtype-edit": (data.replace(b'"<f4"', b'"<i4"', 1), "header fails its CRC-32"),
         "crc": (data[:-1] + bytes([data[-1] ^ 1]), "CRC-32"),
     }
     for name, (blob, match) in cases.items():
@@ -72,6 +74,7 @@ def test_truncated_extended_foreign_and_corrupt_files_refused(tmp_path):
         bad.write_bytes(blob)
         with pytest.raises(IntegrityError, match=match):
             DemoFile(bad)
+    assert b'"<f4"' in data
     empty = tmp_path / "empty.demo"
     empty.write_bytes(b"")
     with pytest.raises(IntegrityError, match="not a .demo file"):

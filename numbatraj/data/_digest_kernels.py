@@ -1,0 +1,130 @@
+"""Chunk digest kernels: a 64-bit checksum of a byte range, one per stored chunk.
+
+``nbh64`` (version 1): four lanes of ``lane = (lane ^ word) * P`` over little-endian
+64-bit words (32 bytes per step), the tail bytes folded into the first lane the same way, the
+lanes combined with the length and finished with the splitmix64 avalanche.  Each step is a
+bijection of the lane for a fixed word, so any change confined to one word of a lane
+changes the digest with certainty (every single-bit and single-byte flip is caught); two
+changes cancel with probability about 2**-64.  Not a cryptographic hash: it guards against
+corruption, not against an adversary.  Plain NumPy reference: ``tests.reference.digest_ref``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import prange
+
+from numbatraj._jit import njit_kernel, njit_parallel
+
+_P = np.uint64(0x100000001B3)
+_S0 = np.uint64(0x9E3779B97F4A7C15)
+_S1 = np.uint64(0xC2B2AE3D27D4EB4F)
+_S2 = np.uint64(0x165667B19E3779F9)
+_S3 = np.uint64(0x27D4EB2F165667C5)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+
+
+@njit_kernel
+def _digest_range_cpu(buf, lo, hi):  # type: ignore[no-untyped-def]
+    n_blocks = (hi - lo) // 32
+    a0 = _S0
+    a1 = _S1
+    a2 = _S2
+    a3 = _S3
+    if n_blocks:
+        words = buf[lo : lo + n_blocks * 32].view(np.uint64)
+        for i in range(n_blocks):
+            a0 = (a0 ^ words[4 * i]) * _P
+            a1 = (a1 ^ words[4 * i + 1]) * _P
+            a2 = (a2 ^ words[4 * i + 2]) * _P
+            a3 = (a3 ^ words[4 * i + 3]) * _P
+    for j in range(lo + n_blocks * 32, hi):
+        a0 = (a0 ^ np.uint64(buf[j])) * _P
+    h = a0 ^ (a1 * np.uint64(3)) ^ (a2 * np.uint64(5)) ^ (a3 * np.uint64(7))
+    h ^= np.uint64(hi - lo)
+    h = (h ^ (h >> np.uint64(30))) * _M1
+    h = (h ^ (h >> np.uint64(27))) * _M2
+    return h ^ (h >> np.uint64(31))
+
+
+@njit_kernel
+def _digest_chunks_cpu(buf, chunk_bytes, out):  # type: ignore[no-untyped-def]
+    n = buf.size
+    for k in range(out.size):
+        lo = k * chunk_bytes
+        out[k] = _digest_range_cpu(buf, lo, min(n, lo + chunk_bytes))
+
+
+@njit_parallel
+def _digest_chunks_par(buf, chunk_bytes, out):  # type: ignore[no-untyped-def]
+    n = buf.size
+    for k in prange(out.size):
+        lo = k * chunk_bytes
+        out[k] = _digest_range_cpu(buf, lo, min(n, lo + chunk_bytes))
+
+
+@njit_kernel
+def _stream_reset(lanes, meta):  # type: ignore[no-untyped-def]
+    lanes[0] = _S0
+    lanes[1] = _S1
+    lanes[2] = _S2
+    lanes[3] = _S3
+    meta[0] = 0  # pending bytes
+    meta[1] = 0  # total length
+
+
+@njit_kernel
+def _stream_update(lanes, pending, meta, buf):  # type: ignore[no-untyped-def]
+    """Feed ``buf`` to a digest in progress (state: ``lanes``, ``pending``, ``meta``); the
+    result equals :func:`_digest_range_cpu` over all bytes fed, however they were split."""
+    a0 = lanes[0]
+    a1 = lanes[1]
+    a2 = lanes[2]
+    a3 = lanes[3]
+    npend = meta[0]
+    i = 0
+    n = buf.size
+    if npend:
+        take = min(32 - npend, n)
+        for k in range(take):
+            pending[npend + k] = buf[k]
+        npend += take
+        i = take
+        if npend == 32:
+            w = pending.view(np.uint64)
+            a0 = (a0 ^ w[0]) * _P
+            a1 = (a1 ^ w[1]) * _P
+            a2 = (a2 ^ w[2]) * _P
+            a3 = (a3 ^ w[3]) * _P
+            npend = 0
+    n_blocks = (n - i) // 32
+    if n_blocks:
+        words = buf[i : i + n_blocks * 32].view(np.uint64)
+        for b in range(n_blocks):
+            a0 = (a0 ^ words[4 * b]) * _P
+            a1 = (a1 ^ words[4 * b + 1]) * _P
+            a2 = (a2 ^ words[4 * b + 2]) * _P
+            a3 = (a3 ^ words[4 * b + 3]) * _P
+        i += n_blocks * 32
+    for k in range(i, n):
+        pending[npend] = buf[k]
+        npend += 1
+    lanes[0] = a0
+    lanes[1] = a1
+    lanes[2] = a2
+    lanes[3] = a3
+    meta[0] = npend
+    meta[1] += n
+
+
+@njit_kernel
+def _stream_final(lanes, pending, meta):  # type: ignore[no-untyped-def]
+    a0 = lanes[0]
+    for k in range(meta[0]):
+        a0 = (a0 ^ np.uint64(pending[k])) * _P
+    h = a0 ^ (lanes[1] * np.uint64(3)) ^ (lanes[2] * np.uint64(5)) ^ (lanes[3] * np.uint64(7))
+    h ^= np.uint64(meta[1])
+    h = (h ^ (h >> np.uint64(30))) * _M1
+    h = (h ^ (h >> np.uint64(27))) * _M2
+    return h ^ (h >> np.uint64(31))
