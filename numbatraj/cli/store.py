@@ -151,7 +151,8 @@ def _format(d: dict[str, Any]) -> str:
               f"/ max {el['max']}") if el else "0 episodes"
         lines.append(f"rows: {d['n_rows']}   {ep}")
         lines.append(f"size on disk: {_mib(d['bytes'])}")
-        rows = [("column", "dtype", "row shape", "compression", "stored", "in memory")]
+        rows: list[tuple[str, ...]] = [
+            ("column", "dtype", "row shape", "compression", "stored", "in memory")]
         rows += [(c["name"], c["dtype"], str(tuple(c["shape"])), c["compression"],
                   _mib(c["stored_bytes"]), _mib(c["nbytes"])) for c in d["columns"]]
         lines.append("columns:")
@@ -159,8 +160,8 @@ def _format(d: dict[str, Any]) -> str:
         if d["attrs"]:
             lines.append("attrs: " + ", ".join(f"{k}={v}" for k, v in d["attrs"].items()))
         return "\n".join(lines)
-    rows = [("column", "dtype", "row shape")]
-    rows += [(c["name"], c["dtype"], str(tuple(c["shape"]))) for c in d["columns"]]
+    table: list[tuple[str, ...]] = [("column", "dtype", "row shape")]
+    table += [(c["name"], c["dtype"], str(tuple(c["shape"]))) for c in d["columns"]]
     if d["kind"] == "checkpoint":
         lines = [
             f"replay checkpoint: {path}",
@@ -180,7 +181,7 @@ def _format(d: dict[str, Any]) -> str:
             f"size on disk: {_mib(d['bytes'])}",
         ]
     lines.append("columns:")
-    lines += _table(rows)
+    lines += _table(table)
     return "\n".join(lines)
 
 
