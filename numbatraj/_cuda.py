@@ -46,7 +46,7 @@ def numba_cuda_installed() -> bool:
 
 
 _NO_NUMBA_CUDA = (
-    "device code needs the numba-cuda package, which is not installed: "
+    "CUDA device code needs the numba-cuda package, which is not installed: "
     "pip install 'numbatraj[cuda]' (on a machine with an NVIDIA driver; the host API needs "
     "neither)"
 )
