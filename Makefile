@@ -37,7 +37,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check numbatraj tests bench examples tools
 	$(PY) -m mypy numbatraj
-	# what a user writes against the API: the README example and every example script, strict
+# what a user writes against the API: the README example and every example script, strict
 	$(PY) tools/readme_example.py > build/readme_example.py
 	$(PY) -m mypy --strict --ignore-missing-imports --follow-imports=silent \
 	    build/readme_example.py examples
@@ -67,8 +67,8 @@ test-min:
 	$(MIN_VENV)/bin/python -m pip install --quiet -c build/min-constraints.txt \
 	    ".[$(MIN_EXTRAS)]" pytest hypothesis
 	$(MIN_VENV)/bin/python -m pip check
-	# -k "not svtav1": the SVT-AV1 inside av 15.x wheels dies of SIGFPE encoding the tests'
-	# 16x12 frames (av 16.0.1 hangs; av 18 passes); libx264 and every LeRobot path still run.
+# -k "not svtav1": the SVT-AV1 inside av 15.x wheels dies of SIGFPE encoding the tests'
+# 16x12 frames (av 16.0.1 hangs; av 18 passes); libx264 and every LeRobot path still run.
 	NUMBA_CACHE_DIR=$(CURDIR)/build/numba-cache-min $(MIN_VENV)/bin/python -m pytest \
 	    -m "min and not cuda" -k "not svtav1" -p no:cacheprovider -q tests
 
