@@ -13,12 +13,14 @@ Every disk pattern reads through h5py on the store file, as the reference measur
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +90,101 @@ def time_rounds(fn: Callable[[], Any], setup: Callable[[], Any] | None, rounds: 
         fn()
         times.append(time.perf_counter() - t0)
     return float(np.median(times))
+
+
+def interleaved(fns: dict[str, Any], setup: Callable[[], Any] | None,
+                rounds: int) -> dict[str, float]:
+    """Median seconds of each ``fns[name]()`` over ``rounds`` interleaved rounds.
+
+    Every round calls each function once, in an order rotated from round to round, with
+    ``setup()`` (fresh indices, say) untimed before each call: drifting machine load then
+    hits every contender alike, which is why the ratios are trusted over single figures.
+    A value may also be ``(fn, before, after)``: ``before()`` and ``after()`` run untimed
+    around that call (``numbatraj.set_num_threads(1)`` and back, say).
+    """
+    names = list(fns)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        k = r % len(names)
+        for n in names[k:] + names[:k]:
+            f = fns[n]
+            fn, before, after = f if isinstance(f, tuple) else (f, None, None)
+            if setup is not None:
+                setup()
+            if before is not None:
+                before()
+            t0 = time.perf_counter()
+            fn()
+            times[n].append(time.perf_counter() - t0)
+            if after is not None:
+                after()
+    return {n: float(np.median(v)) for n, v in times.items()}
+
+
+_BUSY = "import time\nt = time.monotonic() + {s}\nwhile time.monotonic() < t:\n    pass\n"
+
+
+@contextlib.contextmanager
+def busy_machine(on: bool = True, seconds: float = 600.0) -> Iterator[int]:
+    """Load the machine: one busy-loop process per core plus one, each stopping by itself
+    after ``seconds`` and killed when the block ends.  Yields how many were started (0 when
+    ``on`` is false), as a training process with torch threads and env workers would."""
+    procs: list[subprocess.Popen[bytes]] = []
+    if on:
+        n = (os.cpu_count() or 1) + 1
+        procs = [subprocess.Popen([sys.executable, "-c", _BUSY.format(s=float(seconds))])
+                 for _ in range(n)]
+        time.sleep(0.5)
+    try:
+        yield len(procs)
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()
+
+
+def load_line() -> str:
+    """The load averages and the instantaneous runnable count, for the notes of a figure."""
+    try:
+        with open("/proc/loadavg") as f:
+            a, b, c, run = f.read().split()[:4]
+        return f"load {a} {b} {c}, runnable {run.split('/')[0]}, {os.cpu_count()} cores"
+    except (OSError, ValueError):
+        return "load unknown"
+
+
+def ratio_chart(series: dict[str, dict[str, list[tuple[float, float]]]], xlabel: str,
+                path: str | os.PathLike[str]) -> bool:
+    """Plot ratios (numbatraj time / baseline time) against ``x`` on log axes: ``series`` maps
+    a panel title to ``{line label: [(x, ratio), ...]}``; a dashed line marks 1.  False (and
+    nothing written) without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    panels = list(series)
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), squeeze=False)
+    for ax, title in zip(axes[0], panels):
+        for label, pts in series[title].items():
+            xs, ys = zip(*sorted(pts))
+            ax.plot(xs, ys, marker="o", label=label)
+        ax.axhline(1.0, color="gray", linestyle="--", linewidth=1)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("time ratio (below 1: numbatraj faster)")
+        ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    tmp = f"{os.fspath(path)}.tmp.png"
+    fig.savefig(tmp, dpi=110)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return True
 
 
 # ---------------------------------------------------------------------- reporting
@@ -200,8 +297,22 @@ def write_report(res: dict[str, Any], out_dir: Path = RESULTS) -> list[Path]:
     return paths
 
 
+def plot_ratio_files(out_dir: Path = RESULTS) -> list[Path]:
+    """Re-plot ``gather.json`` (ratio against batch size) and ``growth.json`` (ratio
+    against capacity) where the benchmarks wrote them."""
+    done = []
+    for stem, xlabel in (("gather", "batch rows"), ("growth", "capacity (rows)")):
+        src = out_dir / f"{stem}.json"
+        if src.exists() and ratio_chart(json.loads(src.read_text())["series"], xlabel,
+                                        out_dir / f"{stem}.png"):
+            done.append(out_dir / f"{stem}.png")
+    return done
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    for p in plot_ratio_files():
+        print(f"wrote {p}")
     src = Path(argv[0]) if argv else RESULTS / "disk_vs_resident.json"
     if not src.exists():
         print(f"{src} does not exist; run `make bench` (or pytest bench/test_disk_vs_resident.py)")

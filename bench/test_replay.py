@@ -15,6 +15,8 @@ bool, which is what the issue's layout asks for.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -187,3 +189,278 @@ def test_per_numbatraj(benchmark, ratios):
     run()
     benchmark(run)
     ratios.record(G_PER, "StoreReplay(prioritized=True)", benchmark, items=BATCH)
+
+
+# ---------------------------------------------------------------------- pixel replay
+# 3x84x84 uint8 obs and next_obs (Atari-shaped) plus action/reward/done.  Capacity
+# 20,000 rows x NUMBATRAJ_BENCH_SCALE (847 MB per buffer: far beyond every cache, and small
+# enough for a shared machine).  Baselines in the same run: cpprb, and two plain
+# ``np.take(..., out=)`` gathers of the same rows (the floor a replay can reach).
+PIX = (3, 84, 84)
+PIX_CAP = max(2_000, int(20_000 * bench_scale()))
+PIX_BATCH, PIX_CHUNK = 256, 1000
+PIX_ROW = 2 * int(np.prod(PIX))
+G_PIX = "pixel replay sample(256) 3x84x84 uint8, vs cpprb"
+G_PIX_TAKE = "pixel replay sample(256) 3x84x84 uint8, vs two np.take gathers"
+G_PIX_ADD = "pixel replay add 1,000 rows 3x84x84 uint8, vs a numpy slice copy"
+
+
+def _pix_columns() -> list[ColumnSpec]:
+    return [ColumnSpec("obs", np.uint8, PIX), ColumnSpec("action", np.float32, (ACT,)),
+            ColumnSpec("reward", np.float32, ()), ColumnSpec("next_obs", np.uint8, PIX),
+            ColumnSpec("done", np.bool_, ())]
+
+
+def _pix_batch(n: int, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {"obs": rng.integers(0, 256, (n, *PIX), dtype=np.uint8),
+            "action": rng.standard_normal((n, ACT), dtype=np.float32),
+            "reward": rng.standard_normal(n, dtype=np.float32),
+            "next_obs": rng.integers(0, 256, (n, *PIX), dtype=np.uint8),
+            "done": rng.random(n) < 0.01}
+
+
+def _pix_cpprb():  # type: ignore[no-untyped-def]
+    return cpprb.ReplayBuffer(PIX_CAP, {
+        "obs": {"shape": PIX, "dtype": np.uint8}, "act": {"shape": ACT}, "rew": {},
+        "next_obs": {"shape": PIX, "dtype": np.uint8}, "done": {}})
+
+
+def _pix_fill(add) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+    b = _pix_batch(PIX_CHUNK)
+    for _ in range(-(-PIX_CAP // PIX_CHUNK)):
+        add(b)
+    return b
+
+
+def test_pix_sample_cpprb(benchmark, ratios):
+    rb = _pix_cpprb()
+    _pix_fill(lambda b: rb.add(**_cp_rows(b)))
+    rb.sample(PIX_BATCH)
+    benchmark(lambda: rb.sample(PIX_BATCH))
+    ratios.record(G_PIX, "cpprb ReplayBuffer.sample", benchmark, baseline=True, items=PIX_BATCH)
+
+
+def test_pix_sample_two_takes(benchmark, ratios):
+    obs = np.ones((PIX_CAP, *PIX), np.uint8)  # ones: the pages are touched, as in a replay
+    nxt = np.ones((PIX_CAP, *PIX), np.uint8)
+    o1, o2 = np.empty((PIX_BATCH, *PIX), np.uint8), np.empty((PIX_BATCH, *PIX), np.uint8)
+    rng = np.random.default_rng(2)
+
+    def run():
+        i = rng.integers(0, PIX_CAP, PIX_BATCH)
+        np.take(obs, i, axis=0, out=o1)
+        np.take(nxt, i, axis=0, out=o2)
+
+    run()
+    benchmark(run)
+    ratios.record(G_PIX, "two np.take(out=) gathers", benchmark, items=PIX_BATCH)
+    ratios.record(G_PIX_TAKE, "two np.take(out=) gathers", benchmark, baseline=True,
+                  items=PIX_BATCH)
+
+
+def test_pix_sample_memcpy_floor(benchmark, ratios):
+    # the same bytes as one contiguous copy: no gather can beat this on the machine
+    src = np.ones(2 * PIX_BATCH * int(np.prod(PIX)), np.uint8)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)
+    benchmark(lambda: np.copyto(dst, src))
+    for g in (G_PIX, G_PIX_TAKE):
+        ratios.record(g, "floor: one contiguous copy of the same bytes", benchmark,
+                      items=PIX_BATCH)
+
+
+def _pix_replay() -> StoreReplay:
+    rep = StoreReplay(_pix_columns(), PIX_CAP)
+    _pix_fill(lambda b: rep.add(**b))
+    return rep
+
+
+def test_pix_sample_numbatraj(benchmark, ratios):
+    rep = _pix_replay()
+    rep.sample(PIX_BATCH)
+    benchmark(lambda: rep.sample(PIX_BATCH))
+    for g in (G_PIX, G_PIX_TAKE):
+        ratios.record(g, "StoreReplay.sample", benchmark, items=PIX_BATCH)
+
+
+def test_pix_sample_into_numbatraj(benchmark, ratios):
+    rep = _pix_replay()
+    outs = {c.name: np.empty((PIX_BATCH, *c.shape), c.dtype) for c in _pix_columns()}
+    rep.sample_into(outs, PIX_BATCH)
+    benchmark(lambda: rep.sample_into(outs, PIX_BATCH))
+    for g in (G_PIX, G_PIX_TAKE):
+        ratios.record(g, "StoreReplay.sample_into", benchmark, items=PIX_BATCH)
+
+
+def test_pix_add_numpy_slice_copy(benchmark, ratios):
+    cols = {c.name: np.ones((PIX_CAP, *c.shape), c.dtype) for c in _pix_columns()}
+    rows = _pix_batch(PIX_CHUNK)
+    state = {"pos": 0}
+
+    def run():
+        p = state["pos"]
+        for k, a in cols.items():
+            a[p : p + PIX_CHUNK] = rows[k]
+        state["pos"] = (p + PIX_CHUNK) % (PIX_CAP - PIX_CHUNK + 1)
+
+    run()
+    benchmark(run)
+    ratios.record(G_PIX_ADD, "numpy slice copy", benchmark, baseline=True, items=PIX_CHUNK,
+                  nbytes=PIX_CHUNK * PIX_ROW)
+
+
+def test_pix_add_cpprb(benchmark, ratios):
+    rb = _pix_cpprb()
+    b = _pix_fill(lambda b: rb.add(**_cp_rows(b)))
+    rows = _cp_rows(b)
+    benchmark(lambda: rb.add(**rows))
+    ratios.record(G_PIX_ADD, "cpprb ReplayBuffer.add", benchmark, items=PIX_CHUNK,
+                  nbytes=PIX_CHUNK * PIX_ROW)
+
+
+def test_pix_add_numbatraj(benchmark, ratios):
+    rep = StoreReplay(_pix_columns(), PIX_CAP)
+    rows = _pix_fill(lambda b: rep.add(**b))
+    benchmark(lambda: rep.add(**rows))
+    ratios.record(G_PIX_ADD, "StoreReplay.add", benchmark, items=PIX_CHUNK,
+                  nbytes=PIX_CHUNK * PIX_ROW)
+
+
+# ---------------------------------------------------------------------- issue 17: streams
+G_NSTEP = "replay sample(4096) with n_step=3 vs plain sample(4096)"
+G_SEQ = "replay sample_sequences(256, 64), 16-byte record"
+G_PIXSTACK = "pixel replay 3x84x84 uint8, next_of + 4-stack, sample(256)"
+#: rows of the large sequence ring (the issue's figure is 10^8 = 1.6 GB of records; set
+#: NUMBATRAJ_BENCH_SEQ_ROWS=100000000 on a machine with the memory to spare)
+SEQ_ROWS = int(os.environ.get("NUMBATRAJ_BENCH_SEQ_ROWS", str(10**7)))
+
+
+def test_nstep_plain_sample(benchmark, ratios):
+    rep = _filled_replay(False)
+    rep.sample(BATCH)
+    benchmark(lambda: rep.sample(BATCH))
+    ratios.record(G_NSTEP, "StoreReplay.sample(4096)", benchmark, baseline=True, items=BATCH)
+
+
+def test_nstep_sample(benchmark, ratios):
+    rep = _filled_replay(False)
+    rep.sample(BATCH, n_step=3, gamma=0.99)
+    benchmark(lambda: rep.sample(BATCH, n_step=3, gamma=0.99))
+    ratios.record(G_NSTEP, "StoreReplay.sample(4096, n_step=3)", benchmark, items=BATCH)
+
+
+def _seq_replay(rows: int, n_envs: int = 1) -> StoreReplay:
+    cols = [ColumnSpec("obs", np.float32, (2,)), ColumnSpec("reward", np.float32, ()),
+            ColumnSpec("done", np.bool_, ())]  # a 16-byte record (13 bytes, padded)
+    rep = StoreReplay(cols, rows, n_envs=n_envs)
+    chunk = 1 << 20
+    rng = np.random.default_rng(0)
+    block = {"obs": rng.standard_normal((chunk, 2), dtype=np.float32),
+             "reward": rng.standard_normal(chunk, dtype=np.float32),
+             "done": rng.random(chunk) < 1e-3}
+    for s in range(0, rows, chunk):
+        n = min(chunk, rows - s)
+        rep.add(**{k: v[:n] for k, v in block.items()})
+    return rep
+
+
+@pytest.mark.parametrize("rows", [10**6, SEQ_ROWS], ids=["1e6", f"{SEQ_ROWS:.0e}"])
+def test_sequences_256x64(benchmark, ratios, rows):
+    rep = _seq_replay(rows)
+    assert rep._row_bytes == 16
+    rep.sample_sequences(256, 64)
+    benchmark(lambda: rep.sample_sequences(256, 64))
+    ratios.record(G_SEQ, f"{rows:,} rows", benchmark, baseline=rows == 10**6, items=256,
+                  note="target <= 5 ms at 10^8, within 1.5x of 10^6")
+    _record_torchrl(ratios, rows)
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_pix_stack_cpprb(benchmark, ratios):
+    before = _rss()
+    rb = cpprb.ReplayBuffer(PIX_CAP, {"obs": {"shape": (*PIX, 4), "dtype": np.uint8},
+                                      "act": {"shape": ACT}, "rew": {}, "done": {}},
+                            next_of="obs", stack_compress="obs")
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, (PIX_CHUNK + 4, *PIX), dtype=np.uint8)
+    stack = np.lib.stride_tricks.sliding_window_view(frames, 4, axis=0)[:PIX_CHUNK]
+    obs = np.ascontiguousarray(stack)  # (n, 3, 84, 84, 4)
+    nxt = np.ascontiguousarray(np.lib.stride_tricks.sliding_window_view(
+        frames, 4, axis=0)[1 : PIX_CHUNK + 1])
+    for _ in range(-(-PIX_CAP // PIX_CHUNK)):
+        rb.add(obs=obs, next_obs=nxt, act=np.zeros((PIX_CHUNK, ACT), np.float32),
+               rew=np.zeros(PIX_CHUNK, np.float32), done=np.zeros(PIX_CHUNK, np.float32))
+    per_row = (_rss() - before) / PIX_CAP
+    rb.sample(PIX_BATCH)
+    benchmark(lambda: rb.sample(PIX_BATCH))
+    ratios.record(G_PIXSTACK, "cpprb next_of + stack_compress", benchmark, baseline=True,
+                  items=PIX_BATCH, note=f"{per_row:,.0f} bytes/row (RSS growth)")
+
+
+def test_pix_stack_numbatraj(benchmark, ratios):
+    before = _rss()
+    cols = [ColumnSpec("obs", np.uint8, PIX), ColumnSpec("action", np.float32, (ACT,)),
+            ColumnSpec("reward", np.float32, ()), ColumnSpec("done", np.bool_, ())]
+    rep = StoreReplay(cols, PIX_CAP, next_of={"next_obs": "obs"}, frame_stack={"obs": 4})
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, (PIX_CHUNK + 1, *PIX), dtype=np.uint8)
+    for _ in range(-(-PIX_CAP // PIX_CHUNK)):
+        rep.add(obs=frames[:-1], next_obs=frames[1:], action=np.zeros((PIX_CHUNK, ACT), np.float32),
+                reward=np.zeros(PIX_CHUNK, np.float32), done=np.zeros(PIX_CHUNK, bool))
+    per_row = (_rss() - before) / PIX_CAP
+    rep.sample(PIX_BATCH)
+    benchmark(lambda: rep.sample(PIX_BATCH))
+    ratios.record(G_PIXSTACK, "StoreReplay next_of + frame_stack=4", benchmark,
+                  items=PIX_BATCH, note=f"{per_row:,.0f} bytes/row (RSS growth)")
+
+
+def test_pix_stack_sb3(benchmark, ratios):
+    """SB3's ReplayBuffer(optimize_memory_usage=True): next_obs stored once (obs[t + 1]), the
+    4-stack stored whole (VecFrameStack's (12, 84, 84) observation), one add per step."""
+    gym = pytest.importorskip("gymnasium")
+    buffers = pytest.importorskip("stable_baselines3.common.buffers")
+    before = _rss()
+    stacked = (4 * PIX[0], *PIX[1:])
+    rb = buffers.ReplayBuffer(
+        PIX_CAP, gym.spaces.Box(0, 255, stacked, np.uint8),
+        gym.spaces.Box(-1.0, 1.0, (ACT,), np.float32), device="cpu", n_envs=1,
+        optimize_memory_usage=True, handle_timeout_termination=False)
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, (PIX_CHUNK + 4, *PIX), dtype=np.uint8)
+    obs = np.ascontiguousarray(np.lib.stride_tricks.sliding_window_view(
+        frames, 4, axis=0)[: PIX_CHUNK + 1].transpose(0, 4, 1, 2, 3).reshape(-1, 1, *stacked))
+    act = np.zeros((1, ACT), np.float32)
+    zero = np.zeros(1, np.float32)
+    for k in range(PIX_CAP):
+        j = k % PIX_CHUNK
+        rb.add(obs[j], obs[j + 1], act, zero, zero, [{}])
+    per_row = (_rss() - before) / PIX_CAP
+    rb.sample(PIX_BATCH)
+    benchmark(lambda: rb.sample(PIX_BATCH))
+    ratios.record(G_PIXSTACK, "SB3 ReplayBuffer(optimize_memory_usage=True)", benchmark,
+                  items=PIX_BATCH, note=f"{per_row:,.0f} bytes/row (RSS growth)")
+
+
+#: written by ``bench/torchrl_slice.py`` (run in its own venv, see its docstring)
+TORCHRL_JSON = os.path.join(os.path.dirname(__file__), "results", "torchrl_slice.json")
+
+
+def _record_torchrl(ratios, rows: int) -> None:
+    """TorchRL's SliceSampler on the same rows, from the JSON its own venv's script wrote
+    (``bench/torchrl_slice.py``), when it is there and at this size."""
+    import json
+
+    if not os.path.exists(TORCHRL_JSON):
+        return
+    with open(TORCHRL_JSON) as f:
+        res = json.load(f)
+    if res["rows"] != rows:
+        return
+    ratios.record(G_SEQ, f"TorchRL SliceSampler {rows:,} rows (torch {res['torch']}, "
+                  f"torchrl {res['torchrl']})", res["median_s"], items=256,
+                  note=f"bench/torchrl_slice.py, its own process, load {res['load']:.1f}")

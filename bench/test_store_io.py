@@ -91,3 +91,80 @@ def test_read_store_load_column(benchmark, ratios, data, workdir):
         out = benchmark.pedantic(s.load_column, args=("state",), rounds=5, iterations=1)
     np.testing.assert_array_equal(out[-5:], data[-5:])
     ratios.record(GROUP_R, "TrajectoryStore.load_column", benchmark, nbytes=data.nbytes)
+
+
+# ---------------------------------------------------------------------- slabs (issue 14)
+SLAB = 4096
+GROUP_SLAB = f"read_range of a {SLAB}-row slab of {ROWS:,} x {DIM} float32, warm"
+GROUP_COL = f"load_column {ROWS:,} x {DIM} float32 against h5py contiguous, warm"
+
+
+def _contiguous_copy(workdir, data):
+    import h5py
+
+    path = workdir / "contiguous.h5"
+    if not path.exists():
+        with h5py.File(path, "w") as f:
+            f.create_dataset("state", data=data)
+    return path
+
+
+@pytest.mark.parametrize("load", ["idle", "loaded"])
+def test_slab_and_column_reads_against_h5py(ratios, data, workdir, load):
+    """read_range vs h5py ``read_direct`` on the same (chunked) file, and load_column vs
+    h5py reading a contiguous dataset of the same bytes; interleaved rounds, fresh slab
+    starts for every call (a slab read twice would come from the CPU cache)."""
+    import h5py
+
+    from bench.report import busy_machine, interleaved, load_line
+
+    path = workdir / "store.h5"
+    if not path.exists():
+        _write_store(path, data)
+    cpath = _contiguous_copy(workdir, data)
+    rng = np.random.default_rng(2)
+    out = np.empty((SLAB, DIM), np.float32)
+    big = np.empty((ROWS, DIM), np.float32)
+    big2 = np.empty((ROWS, DIM), np.float32)
+    start = [0]
+
+    def fresh():
+        start[0] = int(rng.integers(0, ROWS - SLAB))
+
+    with TrajectoryStore(path) as s, h5py.File(path, "r", rdcc_nbytes=16 << 20) as f, \
+            h5py.File(cpath, "r") as fc, busy_machine(on=load == "loaded"):
+        ds, dc = f["state"], fc["state"]
+        slab = interleaved({
+            "h5py read_direct, same file": lambda: ds.read_direct(
+                out, np.s_[start[0] : start[0] + SLAB]),
+            "h5py read_direct, contiguous dataset": lambda: dc.read_direct(
+                out, np.s_[start[0] : start[0] + SLAB]),
+            "TrajectoryStore.read_range(out=)": lambda: s.read_range(
+                "state", start[0], start[0] + SLAB, out=out),
+            "TrajectoryStore.read_range": lambda: s.read_range(
+                "state", start[0], start[0] + SLAB),
+        }, fresh, 401)
+        whole = interleaved({
+            "h5py contiguous read_direct(out)": lambda: dc.read_direct(big2),
+            "TrajectoryStore.load_column(out=)": lambda: s.load_column("state", out=big),
+            "h5py contiguous ds[()]": lambda: dc[()],
+            "TrajectoryStore.load_column": lambda: s.load_column("state"),
+        }, None, 9)
+        note = load_line()
+    g = f"{GROUP_SLAB}, {load}"
+    base = "h5py read_direct, same file"
+    ratios.record(g, base, slab[base], baseline=True, nbytes=out.nbytes, note=note)
+    for k, v in slab.items():
+        if k != base:
+            ratios.record(g, k, v, nbytes=out.nbytes)
+    g = f"{GROUP_COL}, {load}"
+    ratios.record(g, "h5py contiguous read_direct(out)", whole["h5py contiguous read_direct(out)"],
+                  baseline=True, nbytes=big.nbytes, note=note)
+    for k, v in whole.items():
+        if k != "h5py contiguous read_direct(out)":
+            ratios.record(g, k, v, nbytes=big.nbytes)
+    print(f"\n{load}: read_range(out=)/h5py {slab['TrajectoryStore.read_range(out=)'] / slab[base]:.2f}"
+          f", load_column(out=) speed/h5py "
+          f"{whole['h5py contiguous read_direct(out)'] / whole['TrajectoryStore.load_column(out=)']:.2f}"
+          f", load_column speed/ds[()] "
+          f"{whole['h5py contiguous ds[()]'] / whole['TrajectoryStore.load_column']:.2f} ({note})")

@@ -3,6 +3,7 @@
 The public API is re-exported here; implementation modules are private.
 """
 
+from numbatraj._jit import set_num_threads
 from numbatraj._version import __version__
 from numbatraj.data import (
     RESERVED_COLUMNS,
@@ -52,6 +53,7 @@ from numbatraj.samplers import (
 
 __all__ = [
     "__version__",
+    "set_num_threads",
     "ColumnSpec",
     "IndexBatch",
     "ResidentColumn",

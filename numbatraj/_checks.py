@@ -1,5 +1,6 @@
-"""Argument checks shared by the samplers and the replays: counts, seeds, real numbers, and
-the samplers' generators (creation and exact state round trips).
+"""Argument checks shared by the samplers, the replays, the resident columns and the training
+loader: counts, seeds, real numbers, the samplers' generators (creation and exact state round
+trips), and the caller's buffers (:func:`host_buffer`: numpy, torch CPU tensors, DLPack).
 
 Each check names the argument, the bad value and what was expected, and raises
 :class:`~numbatraj.errors.SamplerError`.
@@ -13,10 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from numbatraj.errors import SamplerError
+from numbatraj.errors import SamplerError, SchemaError
 
 __all__ = [
+    "as_host_values",
     "check_count",
+    "host_buffer",
     "check_real",
     "check_seed",
     "generator_state",
@@ -84,3 +87,59 @@ def set_generator_state(gen: np.random.Generator, state: dict[str, Any]) -> None
         got = state.get("bit_generator") if isinstance(state, dict) else type(state).__name__
         raise SamplerError(f"generator state is for {got!r}, expected {kind!r}")
     gen.bit_generator.state = state
+
+
+def _is_torch(obj: Any) -> bool:
+    return type(obj).__module__.startswith("torch") and hasattr(obj, "data_ptr")
+
+
+def host_buffer(obj: Any, what: str) -> np.ndarray:
+    """The numpy view of a caller's output buffer a host kernel writes through.
+
+    ``obj`` is a numpy array, a torch CPU tensor, or any object exporting host memory by
+    DLPack (``__dlpack__``) or the array interface.  No copy is made: writes land in
+    ``obj``.  Raises :class:`~numbatraj.errors.SchemaError` naming ``what`` for a tensor on
+    another device, one that requires grad, is not contiguous or has a lazy conj/neg bit, a
+    DLPack export numpy cannot read, or an object that exports no memory at all.  The
+    caller checks dtype, shape, layout and writability with its own messages.
+    """
+    if type(obj) is np.ndarray:
+        return obj
+    if _is_torch(obj):
+        if obj.device.type != "cpu":
+            raise SchemaError(f"{what} is a torch tensor on {obj.device}, expected a CPU tensor "
+                              f"(device outputs go to the device gathers)")
+        if obj.requires_grad:
+            raise SchemaError(f"{what} requires grad; pass a tensor with requires_grad=False")
+        if not obj.is_contiguous():
+            raise SchemaError(f"{what} must be a contiguous tensor")
+        if obj.is_conj() or obj.is_neg():
+            raise SchemaError(f"{what} has a lazy conj/neg bit; resolve it first")
+        try:
+            return np.asarray(obj.numpy())
+        except (TypeError, RuntimeError) as exc:
+            raise SchemaError(f"{what}: torch dtype {obj.dtype} has no numpy view") from exc
+    if isinstance(obj, np.ndarray):
+        return obj
+    if hasattr(obj, "__dlpack__"):
+        try:
+            return np.from_dlpack(obj)
+        except (BufferError, TypeError, RuntimeError, ValueError) as exc:
+            raise SchemaError(f"{what}: its DLPack export is not host memory numpy can write "
+                              f"({exc})") from exc
+    if hasattr(obj, "__array_interface__"):
+        return np.asarray(obj)
+    raise SchemaError(f"{what} must be a numpy array, a torch CPU tensor or a DLPack "
+                      f"exporter, got {type(obj).__name__}")
+
+
+def as_host_values(obj: Any) -> Any:
+    """Input values (priorities, TD errors) as something ``np.asarray`` reads: a torch
+    tensor is detached and, when it lives on a device, copied to the host (inputs are
+    small; outputs are never copied)."""
+    if _is_torch(obj):
+        obj = obj.detach()
+        if obj.device.type != "cpu":
+            obj = obj.cpu()
+        return obj.numpy()
+    return obj

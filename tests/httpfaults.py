@@ -20,6 +20,8 @@ always-416     answers every Range request 416 with ``Content-Range: bytes */<le
 busy           first ``times`` requests: 503 with ``Retry-After: <retry_after>``; then ok
 gzip           ``Content-Encoding: gzip`` with a gzipped body
 expired        403 with an S3-style "Request has expired" body
+throttle       honours Range ``bytes=a-b`` and sends at most ``rate`` bytes/s per connection
+               (a per-connection cap, as object stores and proxies have)
 bad-range      a Range request gets 206 whose Content-Range start is off by ``shift`` or
                whose total is ``total``; requests without Range get 200
 
@@ -97,6 +99,31 @@ class _Handler(BaseHTTPRequestHandler):
             stop.wait(interval if interval > 0 else 0.05)
         self.close_connection = True
 
+    def _throttled(self, data: bytes, rate: float) -> None:
+        value = self.headers.get("Range") or ""
+        a, _, b = value[6:].partition("-") if value.startswith("bytes=") else ("", "", "")
+        start = int(a) if a.isdigit() else 0
+        end = min(int(b), len(data) - 1) if b.isdigit() else len(data) - 1
+        if a.isdigit():
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
+        else:
+            self.send_response(200)
+        self.send_header("Content-Length", str(end - start + 1))
+        self.send_header("Accept-Ranges", "bytes")
+        self.end_headers()
+        if self.command == "HEAD":
+            return
+        step = 64 << 10
+        t0 = time.monotonic()
+        stop = self.server.stop_event
+        for i in range(start, end + 1, step):
+            self.wfile.write(data[i : min(i + step, end + 1)])
+            due = t0 + (i + step - start) / rate
+            wait = due - time.monotonic()
+            if wait > 0 and stop.wait(min(wait, MAX_HANG_S)):
+                break
+
     # -- dispatch --------------------------------------------------------------------------
 
     def do_HEAD(self) -> None:
@@ -131,6 +158,8 @@ class _Handler(BaseHTTPRequestHandler):
         start = self._range_start() or 0
         if mode == "ok" or not faulty:
             self._send_range(data)
+        elif mode == "throttle":
+            self._throttled(data, float(q.get("rate", "1048576")))
         elif mode == "ignore-range":
             self._send(200, data)
         elif mode == "drop":
@@ -141,8 +170,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_range(data)
                 return
             body = data[start:]
-            self.send_response(206 if start else 200)
-            if start:
+            ranged = self._range_start() is not None  # "bytes=0-..." is a range request too
+            self.send_response(206 if ranged else 200)
+            if ranged:
                 self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()

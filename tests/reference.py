@@ -243,3 +243,51 @@ def window_batch_ref(column: np.ndarray, lengths: np.ndarray, cur: np.ndarray,
         vals.append([column[max(s, min(e - 1, int(c) + d))] for d in deltas])
         pads.append([(int(c) + d < s) or (int(c) + d >= e) for d in deltas])
     return np.asarray(vals, dtype=column.dtype), np.asarray(pads, dtype=bool), episode
+
+# --------------------------------------------------------------------------- replay streams
+# A stream is a list of rows (dicts with "reward", "done", "truncated"), oldest first, as a
+# plain Python model holds it (one deque per env); index t is the row's position in it.
+def nstep_ref(stream: list[dict], t: int, n: int, gamma: float) -> tuple[float, float, int]:
+    """Brute-force n-step target of row ``t``: (return, discount, index of row t+m-1).
+
+    Stops after a done row (discount 0), after a truncated row and at the stream's newest
+    row (discount gamma**m: bootstrap from what exists)."""
+    ret = 0.0
+    for k in range(n):
+        row = stream[t + k]
+        ret += gamma**k * float(row["reward"])
+        if row["done"]:
+            return ret, 0.0, t + k
+        if row["truncated"] or t + k + 1 >= len(stream):
+            return ret, gamma ** (k + 1), t + k
+    return ret, gamma**n, t + n - 1
+
+
+def frame_stack_ref(stream: list[dict], t: int, depth: int) -> list[int]:
+    """Indices of the frames stacked at row ``t``, oldest first: earlier rows of the same
+    episode, the episode's first held row repeated before its start."""
+    out = [t]
+    q = t
+    for _ in range(depth - 1):
+        if q > 0 and not (stream[q - 1]["done"] or stream[q - 1]["truncated"]):
+            q -= 1
+        out.insert(0, q)
+    return out
+
+
+def window_ref(stream: list[dict], s: int, t_len: int, within: bool) -> tuple[list[int], list[bool]]:
+    """Rows of a window of ``t_len`` steps from ``s`` and its padding flags (``within``:
+    stop after an episode end or the newest row, repeat the last row)."""
+    rows, pad = [], []
+    q, padded = s, False
+    for _ in range(t_len):
+        rows.append(q)
+        pad.append(padded)
+        if padded:
+            continue
+        end = stream[q]["done"] or stream[q]["truncated"]
+        if within and (end or q + 1 >= len(stream)):
+            padded = True
+        elif q + 1 < len(stream):
+            q += 1
+    return rows, pad

@@ -20,6 +20,8 @@ SMALL_RUNS = {
     "demo.py": ["--small", "--out", "{tmp}"],
     "replay_sac_like.py": ["--steps", "1000", "--out", "{tmp}"],
     "ray_apex_like.py": ["--rows", "10000"],
+    "replay_vec_env.py": ["--steps", "300", "--out", "{tmp}"],
+    "replay_dreamer_like.py": ["--steps", "300", "--out", "{tmp}"],
     "assets_preflight.py": [],
     "import_d4rl.py": [],
     "import_diffusion_policy.py": [],

@@ -13,6 +13,7 @@ from typing import Any
 
 _EXPORTS = {
     "CatalogService": "numbatraj.catalog.service",
+    "CatalogApp": "numbatraj.catalog.app",
     "CatalogDB": "numbatraj.catalog.db",
     "DatasetRecord": "numbatraj.catalog.db",
     "open_db": "numbatraj.catalog.db",

@@ -1,25 +1,27 @@
 """The catalog's HTTP plumbing: one :class:`Request` per call, and :class:`HTTPError`.
 
 Route code takes a :class:`Request` (its method, path parts, query, JSON body, key check
-and answer), never the server's handler, so the routes do not depend on
-``http.server``.  This layer is deliberately thin: it is the part an ASGI app replaces.
+and answer), never the ASGI scope, so the routes are plain synchronous functions that the
+app runs on a worker thread: the body has already been read (size-capped) by then.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from http.server import BaseHTTPRequestHandler
+from collections.abc import Mapping
 from typing import Any, Protocol
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, unquote
 
 from numbatraj.io.hashing import check_sha256_hex
 
-__all__ = ["MAX_JSON_BYTES", "HTTPError", "KeyRoles", "Request", "body_int", "body_sha256",
-           "body_size", "body_text"]
+__all__ = ["INT64_MAX", "MAX_JSON_BYTES", "HTTPError", "KeyRoles", "Request", "body_int",
+           "body_sha256", "body_size", "body_text"]
 
-#: A JSON request body larger than this is refused with 413.
+#: A JSON request body larger than this is refused with 413 (before it is read).
 MAX_JSON_BYTES = 64 << 10
+#: Integers in a body must fit the database's BIGINT.
+INT64_MAX = (1 << 63) - 1
 _TEXT = re.compile(r"[\x20-\x7e]{0,200}")
 
 
@@ -38,37 +40,40 @@ class KeyRoles(Protocol):
 
 
 class Request:
-    """One HTTP request to the catalog.
+    """One HTTP request to the catalog, its body already read.
 
     Parameters
     ----------
-    handler : BaseHTTPRequestHandler
-        The connection the request arrived on.
+    method : str
+        ``GET``, ``HEAD`` (routed as ``GET``; the server sends no body), ``POST`` ...
+    path, query_string : str
+        The raw path and query.
+    headers : mapping
+        Header names in lower case.
+    body : bytes
+        The whole request body (at most :data:`MAX_JSON_BYTES`).
     keys : KeyRoles
         Looks up the role of the request's API key.
     """
 
-    def __init__(self, handler: BaseHTTPRequestHandler, keys: KeyRoles) -> None:
-        self._h = handler
+    def __init__(self, method: str, path: str, query_string: str, headers: Mapping[str, str],
+                 body: bytes, keys: KeyRoles) -> None:
+        self.method = "GET" if method == "HEAD" else method
+        self.path = path
+        self.raw_query = query_string
+        self.headers = headers
+        self.body = body
         self._keys = keys
-        self._body_read = False
-        parts = urlsplit(handler.path)
-        self.method = handler.command
-        self.path = parts.path
-        self.raw_query = parts.query
-        self.query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-        self.segs = [unquote(s) for s in parts.path.strip("/").split("/")]
+        self.query = {k: v[-1] for k, v in parse_qs(query_string).items()}
+        self.segs = [unquote(s) for s in path.strip("/").split("/")]
+        self.status = 500
+        self.answer: Any = None
 
     def read_json(self) -> dict[str, Any]:
-        """The body as a JSON object (``{}`` when empty); 400 or 413 when it is not one."""
-        self._body_read = True
-        n = int(self._h.headers.get("Content-Length") or 0)
-        if n > MAX_JSON_BYTES:
-            self._h.close_connection = True
-            raise HTTPError(413, f"request body of {n} bytes exceeds {MAX_JSON_BYTES}")
+        """The body as a JSON object (``{}`` when empty); 400 when it is not one."""
         try:
-            obj = json.loads(self._h.rfile.read(n) or b"{}")
-        except json.JSONDecodeError as exc:
+            obj = json.loads(self.body or b"{}")
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise HTTPError(400, f"request body is not JSON: {exc}") from None
         if not isinstance(obj, dict):
             raise HTTPError(400, "request body must be a JSON object")
@@ -77,48 +82,35 @@ class Request:
     def auth(self, need: str) -> str:
         """The role of the request's key; 401 without a known key, 403 when ``need`` is
         ``write`` and the key only reads."""
-        header = self._h.headers.get("Authorization", "")
+        header = self.headers.get("authorization", "")
         scheme, _, key = header.partition(" ")
         if scheme.lower() != "bearer" or not key.strip():
             raise HTTPError(401, "missing API key: send 'Authorization: Bearer <key>'")
         role = self._keys.role_of(key.strip())
         if role is None:
-            raise HTTPError(401, "API key not recognised")
+            raise HTTPError(401, "API key not recognised (unknown or revoked)")
         if need == "write" and role != "write":
             raise HTTPError(403, f"a {role} key cannot {self.method} {self.path}")
         return role
 
     def respond(self, status: int, obj: Any) -> None:
         """Answer with ``obj`` as JSON."""
-        body = json.dumps(obj).encode()
-        h = self._h
-        h.send_response(status)
-        h.send_header("Content-Type", "application/json")
-        h.send_header("Content-Length", str(len(body)))
-        h.end_headers()
-        h.wfile.write(body)
-
-    def drain(self) -> None:
-        """Consume an unread request body so the kept-alive connection stays in step."""
-        if self._body_read:
-            return
-        n = self._h.headers.get("Content-Length") or "0"
-        if n.isdigit() and int(n) <= MAX_JSON_BYTES:
-            self._h.rfile.read(int(n))
-        else:
-            self._h.close_connection = True
+        self.status = status
+        self.answer = obj
 
 
 # -- fields of a JSON body ---------------------------------------------------------------
 
 
 def body_int(body: dict[str, Any], key: str) -> int | None:
-    """``body[key]`` as an integer or None; 400 for anything else."""
+    """``body[key]`` as a 64-bit integer or None; 400 naming ``key`` for anything else."""
     v = body.get(key)
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int):
         raise HTTPError(400, f"{key} must be an integer or null, got {v!r}")
+    if not -INT64_MAX - 1 <= v <= INT64_MAX:
+        raise HTTPError(400, f"{key} must fit in 64 bits (|{key}| < 2**63), got {v}")
     return v
 
 
@@ -141,7 +133,9 @@ def body_sha256(value: Any, what: str) -> str:
 
 
 def body_size(value: Any, what: str) -> int:
-    """A byte count; 400 naming ``what`` unless a non-negative integer."""
+    """A byte count; 400 naming ``what`` unless a non-negative 64-bit integer."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise HTTPError(400, f"{what} must be a non-negative integer, got {value!r}")
+    if value > INT64_MAX:
+        raise HTTPError(400, f"{what} must be below 2**63, got {value}")
     return value

@@ -1,16 +1,24 @@
-"""Catalog metadata: datasets, API keys and mirrored recordings, over one SQL database.
+"""Catalog metadata: artifacts, API keys and mirrored recordings, over one SQL database.
 
-:class:`CatalogDB` is the interface the service needs.  :func:`open_db` picks the backend
-from a URL: ``sqlite:///path/catalog.db`` (the default; WAL journal) or
-``postgresql://user:pass@host/db`` (the scale-out path, through ``psycopg`` 3).  Both run
-the same SQL; only the parameter style and the connection differ.
+:class:`CatalogDB` is the interface the service needs, over a SQLAlchemy Core engine and its
+connection pool.  :func:`open_db` picks the backend from a URL: ``sqlite:///path/catalog.db``
+(the default; WAL journal) or ``postgresql://user:pass@host/db`` (the scale-out path, through
+``psycopg`` 3; the pool pings a connection before lending it, so a database restart costs
+no service restart).  Both run the same SQL; the schema is versioned
+(:mod:`numbatraj.catalog.migrations`) and upgraded in place when the catalog opens.
 
 Tables
 ------
-``datasets``
-    one row per dataset name + version (``pending`` until its object is checked).
+``artifacts``
+    one row per kind (``dataset``, ``policy``, ``project``) + name + version: ``pending``
+    until an upload is checked, then ``ready`` and immutable.
+``uploads``
+    one row per registration (its token, digest, object key, multipart upload id); of the
+    registrations of one version, the first whose object checks out wins.
+``aliases``
+    ``promoted`` and friends: kind + name + alias -> version.
 ``api_keys``
-    SHA-256 of each key, its role and label.
+    SHA-256 of each key, its role, label, last use and revocation time.
 ``recording_blobs``
     the bytes the service holds for a recording, one row per SHA-256 (``pending`` until
     the object is checked, then ``ready``); a file's content is uploaded once, whatever
@@ -20,6 +28,8 @@ Tables
     commit, so a reader always sees one complete snapshot.
 ``recordings``
     one summary row per recording (files, bytes, episodes, frames, when).
+``schema_versions``
+    the migrations applied.
 """
 
 from __future__ import annotations
@@ -31,64 +41,56 @@ import secrets
 import sqlite3
 import threading
 import time
-from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from numbatraj.catalog.migrations import migrate, schema_version
 from numbatraj.catalog.protocol import ROLES
-from numbatraj.errors import CatalogRequestError
+from numbatraj.errors import CatalogError, CatalogRequestError
 
 __all__ = [
     "ApiKey",
     "Blob",
     "CatalogDB",
+    "DatabaseUnavailable",
     "DatasetRecord",
     "PostgresCatalogDB",
     "SqliteCatalogDB",
     "Transaction",
+    "Upload",
     "hash_key",
     "mask_password",
     "open_db",
 ]
 
-_SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS datasets (
-        name TEXT NOT NULL, version TEXT NOT NULL, sha256 TEXT NOT NULL,
-        bytes BIGINT NOT NULL, env_id TEXT, n_rows BIGINT, seed BIGINT, source_commit TEXT,
-        status TEXT NOT NULL, object_key TEXT NOT NULL, created_at DOUBLE PRECISION NOT NULL,
-        updated_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (name, version))""",
-    """CREATE TABLE IF NOT EXISTS api_keys (
-        key_hash TEXT PRIMARY KEY, role TEXT NOT NULL, label TEXT,
-        created_at DOUBLE PRECISION NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS recording_blobs (
-        project TEXT NOT NULL, dataset TEXT NOT NULL, sha256 TEXT NOT NULL,
-        bytes BIGINT NOT NULL, object_key TEXT NOT NULL, status TEXT NOT NULL,
-        created_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (project, dataset, sha256))""",
-    """CREATE TABLE IF NOT EXISTS recording_files (
-        project TEXT NOT NULL, dataset TEXT NOT NULL, path TEXT NOT NULL,
-        sha256 TEXT NOT NULL, bytes BIGINT NOT NULL, PRIMARY KEY (project, dataset, path))""",
-    """CREATE TABLE IF NOT EXISTS recordings (
-        project TEXT NOT NULL, dataset TEXT NOT NULL, files BIGINT NOT NULL,
-        bytes BIGINT NOT NULL, episodes BIGINT, frames BIGINT,
-        updated_at DOUBLE PRECISION NOT NULL, PRIMARY KEY (project, dataset))""",
-)
 _COLUMNS = (
     "name, version, sha256, bytes, env_id, n_rows, seed, source_commit, status, object_key, "
-    "created_at, updated_at"
+    "created_at, updated_at, kind, run, filename, upload_token"
 )
+_UPLOAD_COLUMNS = (
+    "token, kind, name, version, sha256, bytes, env_id, n_rows, seed, source_commit, run, "
+    "filename, object_key, multipart_id, part_size, created_at"
+)
+#: ``last_used`` is written at most this often per key (a write per request would make
+#: every read a write).
+LAST_USED_EVERY_S = 60.0
+
+
+class DatabaseUnavailable(CatalogError):
+    """The database could not be reached (the service answers 503 and retries later)."""
 
 
 def hash_key(key: str) -> str:
     """How an API key is stored: SHA-256 hex (keys are 256-bit random, so no salt needed)."""
-    return hashlib.sha256(key.encode()).hexdigest()
+    return hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 @dataclass(frozen=True)
 class DatasetRecord:
-    """One catalog row (``status`` is ``pending`` or ``ready``)."""
+    """One artifact row (``status`` is ``pending`` or ``ready``; ``kind`` ``dataset`` ...)."""
 
     name: str
     version: str
@@ -102,22 +104,61 @@ class DatasetRecord:
     object_key: str
     created_at: float
     updated_at: float
+    kind: str = "dataset"
+    run: str | None = None
+    filename: str | None = None
+    upload_token: str | None = None
 
     def public(self) -> dict[str, Any]:
-        """The row as the API shows it (the object key stays private)."""
+        """The row as the API shows it (the object key and upload token stay private)."""
         d = asdict(self)
-        del d["object_key"]
+        del d["object_key"], d["upload_token"]
         return d
 
 
 @dataclass(frozen=True)
+class Upload:
+    """One registration: what ``complete`` with its ``token`` checks and publishes."""
+
+    token: str
+    kind: str
+    name: str
+    version: str
+    sha256: str
+    bytes: int
+    env_id: str | None
+    n_rows: int | None
+    seed: int | None
+    source_commit: str | None
+    run: str | None
+    filename: str | None
+    object_key: str
+    multipart_id: str | None
+    part_size: int | None
+    created_at: float
+
+
+@dataclass(frozen=True)
 class ApiKey:
-    """A stored key: its hash, role and label."""
+    """A stored key: its hash, role, label, and when it was last used and revoked."""
 
     key_hash: str
     role: str
     label: str | None
     created_at: float
+    last_used: float | None = None
+    revoked_at: float | None = None
+
+    @property
+    def id(self) -> str:
+        """The public identifier: the first 12 hex digits of the hash (never the key)."""
+        return self.key_hash[:12]
+
+    def public(self) -> dict[str, Any]:
+        """As ``keys list --json`` shows it."""
+        return {"id": self.id, "role": self.role, "label": self.label,
+                "created": self.created_at, "last_used": self.last_used,
+                "revoked": self.revoked_at}
 
 
 @dataclass(frozen=True)
@@ -133,121 +174,258 @@ class Blob:
 class Transaction:
     """Statements run inside one :meth:`CatalogDB.transaction`; ``?`` placeholders."""
 
-    def __init__(self, cursor: Any, placeholder: str) -> None:
-        self._cur = cursor
+    def __init__(self, conn: Any, placeholder: str) -> None:
+        self._conn = conn
         self._placeholder = placeholder
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         """Run one statement; the number of rows it changed (-1 when not known)."""
-        if self._placeholder != "?":
-            sql = sql.replace("?", self._placeholder)
-        self._cur.execute(sql, tuple(params))
-        return int(self._cur.rowcount)
+        return int(self._run(sql, params).rowcount)
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run one statement; the rows it returned."""
-        self.execute(sql, params)
-        return list(self._cur.fetchall()) if self._cur.description else []
+        res = self._run(sql, params)
+        return [tuple(r) for r in res.fetchall()] if res.returns_rows else []
+
+    def _run(self, sql: str, params: Sequence[Any]) -> Any:
+        if self._placeholder != "?":
+            sql = sql.replace("?", self._placeholder)
+        return self._conn.exec_driver_sql(sql, tuple(params))
 
 
-class CatalogDB(ABC):
-    """Rows of datasets, API keys and recordings over a DB-API connection.
+class CatalogDB:
+    """Rows of artifacts, uploads, aliases, API keys and recordings over a pooled engine.
 
-    Use :func:`open_db`; this base class holds the SQL, subclasses the connection.
+    Use :func:`open_db`; this class holds the SQL, the subclasses build the engine.
+
+    Parameters
+    ----------
+    engine : sqlalchemy.engine.Engine
+        The pooled engine; its dialect picks the placeholder.
+    serialise : bool
+        Run this process's transactions one at a time (SQLite: one writer at a time
+        anyway; a lock queues the service's threads instead of spinning on ``busy_timeout``).
     """
 
-    placeholder = "?"
+    def __init__(self, engine: Any, *, serialise: bool = False) -> None:
+        self._engine = engine
+        self.placeholder = "?" if engine.dialect.paramstyle == "qmark" else "%s"
+        self._lock: Any = threading.Lock() if serialise else nullcontext()
+        self._last_used: dict[str, float] = {}
+        self.migrated = self._migrate()
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
+    # -- connection ------------------------------------------------------------------------
 
-    # -- connection (subclasses) -----------------------------------------------------------
+    def _migrate(self) -> list[int]:
+        return migrate(self.transaction, lock=self._migration_lock, now=time.time)
 
-    @abstractmethod
-    def _cursor(self) -> AbstractContextManager[Any]:
-        """A context manager yielding a DB-API cursor inside one transaction."""
+    def _migration_lock(self, tx: Transaction) -> None:
+        """Serialise schema steps between processes (SQLite: BEGIN IMMEDIATE does it)."""
 
-    @abstractmethod
+    @property
+    def schema_version(self) -> int:
+        """The newest applied migration."""
+        return schema_version(self.transaction)
+
     def close(self) -> None:
-        """Close the connection."""
+        """Close every pooled connection."""
+        self._engine.dispose()
 
     @contextmanager
     def transaction(self) -> Iterator[Transaction]:
         """One transaction, committed when the block ends and rolled back when it raises.
 
-        The service's threads share the connection: a transaction holds it until it ends.
+        A pooled connection is held for the block.  A database that cannot be reached is
+        :class:`DatabaseUnavailable`.
         """
-        with self._lock, self._cursor() as cur:
-            yield Transaction(cur, self.placeholder)
+        from sqlalchemy.exc import DBAPIError
+
+        with self._lock:
+            try:
+                conn = self._engine.connect()
+            except DBAPIError as exc:
+                raise DatabaseUnavailable(f"database unreachable: {_short(exc)}") from None
+            with conn:
+                try:
+                    with conn.begin():
+                        yield Transaction(conn, self.placeholder)
+                except DBAPIError as exc:
+                    if exc.connection_invalidated:
+                        raise DatabaseUnavailable(
+                            f"database connection lost: {_short(exc)}") from None
+                    raise
 
     def _query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with self.transaction() as tx:
-            return tx.query(sql, params)
+        for attempt in (0, 1):  # a connection lost under a restart is retried once
+            try:
+                with self.transaction() as tx:
+                    return tx.query(sql, params)
+            except DatabaseUnavailable:
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
 
     def _execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         with self.transaction() as tx:
             return tx.execute(sql, params)
 
+    def ping(self) -> None:
+        """One round trip to the database; :class:`DatabaseUnavailable` when it fails."""
+        self._query("SELECT 1")
+
     def init_schema(self) -> None:
-        """Create the tables when absent (the recording tables included)."""
-        for stmt in _SCHEMA:
-            self._execute(stmt)
+        """Apply missing migrations (kept for callers of the first release)."""
+        self._migrate()
 
-    # -- datasets --------------------------------------------------------------------------
+    # -- artifacts -------------------------------------------------------------------------
 
-    def get(self, name: str, version: str) -> DatasetRecord | None:
-        """The row for ``name`` + ``version``, or None."""
+    def get(self, name: str, version: str, kind: str = "dataset") -> DatasetRecord | None:
+        """The row for ``kind`` + ``name`` + ``version``, or None."""
         rows = self._query(
-            f"SELECT {_COLUMNS} FROM datasets WHERE name = ? AND version = ?", (name, version)
+            f"SELECT {_COLUMNS} FROM artifacts WHERE kind = ? AND name = ? AND version = ?",
+            (kind, name, version),
         )
         return DatasetRecord(*rows[0]) if rows else None
 
-    def latest_ready(self, name: str) -> DatasetRecord | None:
+    def latest_ready(self, name: str, kind: str = "dataset") -> DatasetRecord | None:
         """The most recently completed ``ready`` version of ``name``."""
         rows = self._query(
-            f"SELECT {_COLUMNS} FROM datasets WHERE name = ? AND status = 'ready' "
+            f"SELECT {_COLUMNS} FROM artifacts WHERE kind = ? AND name = ? AND status = 'ready' "
             "ORDER BY updated_at DESC, version DESC LIMIT 1",
-            (name,),
+            (kind, name),
         )
         return DatasetRecord(*rows[0]) if rows else None
 
-    def list_rows(self, name: str | None = None) -> list[DatasetRecord]:
-        """Every row (of one name when given), ordered by name then creation."""
-        where, params = ("WHERE name = ?", (name,)) if name else ("", ())
+    def list_rows(self, name: str | None = None, kind: str = "dataset") -> list[DatasetRecord]:
+        """Every row of ``kind`` (of one name when given), ordered by name then creation."""
+        where, params = ("AND name = ?", (kind, name)) if name else ("", (kind,))
         rows = self._query(
-            f"SELECT {_COLUMNS} FROM datasets {where} ORDER BY name, created_at, version", params
+            f"SELECT {_COLUMNS} FROM artifacts WHERE kind = ? {where} "
+            "ORDER BY name, created_at, version", params,
         )
         return [DatasetRecord(*r) for r in rows]
 
-    def put_pending(self, rec: DatasetRecord) -> None:
-        """Insert ``rec`` as pending, replacing a pending row of the same name + version.
+    def register(self, up: Upload) -> DatasetRecord | None:
+        """Record the registration ``up`` and point the pending row at it.
 
-        A ready row is never replaced: the caller checks first, and the ``WHERE`` clause
-        makes a race between two registrations unable to overwrite one.
+        Returns None when registered, or the ready row when ``kind/name/version`` is
+        already ready (nothing is then recorded).  Earlier registrations stay valid: of
+        all of them, the first to complete wins (:meth:`complete`).
         """
+        vals = asdict(up)
         with self.transaction() as tx:
-            tx.execute(
-                "DELETE FROM datasets WHERE name = ? AND version = ? AND status = ?",
-                (rec.name, rec.version, "pending"),
+            n = tx.execute(
+                f"INSERT INTO artifacts ({_COLUMNS}) VALUES ({', '.join('?' * 16)}) "
+                "ON CONFLICT (kind, name, version) DO NOTHING",
+                (up.name, up.version, up.sha256, up.bytes, up.env_id, up.n_rows, up.seed,
+                 up.source_commit, "pending", up.object_key, up.created_at, up.created_at,
+                 up.kind, up.run, up.filename, up.token),
             )
-            tx.execute(
-                f"INSERT INTO datasets ({_COLUMNS}) VALUES ({', '.join('?' * 12)})",
-                tuple(asdict(rec).values()),
+            if n == 0:
+                n = tx.execute(
+                    "UPDATE artifacts SET sha256 = ?, bytes = ?, env_id = ?, n_rows = ?, "
+                    "seed = ?, source_commit = ?, object_key = ?, run = ?, filename = ?, "
+                    "upload_token = ?, updated_at = ? "
+                    "WHERE kind = ? AND name = ? AND version = ? AND status = 'pending'",
+                    (up.sha256, up.bytes, up.env_id, up.n_rows, up.seed, up.source_commit,
+                     up.object_key, up.run, up.filename, up.token, up.created_at, up.kind,
+                     up.name, up.version),
+                )
+            if n == 0:
+                rows = tx.query(
+                    f"SELECT {_COLUMNS} FROM artifacts WHERE kind = ? AND name = ? "
+                    "AND version = ?", (up.kind, up.name, up.version))
+                return DatasetRecord(*rows[0])
+            tx.execute(f"INSERT INTO uploads ({_UPLOAD_COLUMNS}) VALUES "
+                       f"({', '.join('?' * len(vals))})", tuple(vals.values()))
+        return None
+
+    def put_pending(self, rec: DatasetRecord) -> str:
+        """Register ``rec`` as a pending upload; returns its token (see :meth:`register`)."""
+        token = new_token()
+        up = Upload(token, rec.kind, rec.name, rec.version, rec.sha256, rec.bytes, rec.env_id,
+                    rec.n_rows, rec.seed, rec.source_commit, rec.run, rec.filename,
+                    rec.object_key, None, None, rec.created_at)
+        if self.register(up) is not None:
+            raise CatalogRequestError(f"{rec.kind} {rec.name!r} {rec.version!r} is ready")
+        return token
+
+    def upload(self, token: str) -> Upload | None:
+        """The registration with ``token``, or None."""
+        rows = self._query(f"SELECT {_UPLOAD_COLUMNS} FROM uploads WHERE token = ?", (token,))
+        return Upload(*rows[0]) if rows else None
+
+    def complete(self, up: Upload, *, current_only: bool = False) -> tuple[bool, list[Upload]]:
+        """Make ``up``'s checked object the ready version, unless another already is.
+
+        One conditional ``UPDATE`` decides: of concurrent completions of one version,
+        exactly one changes the pending row.  With ``current_only`` the row must still point
+        at ``up`` (the first release's tokenless complete).  Returns ``(won, losers)``:
+        the other registrations of that version, removed now (their multipart uploads can
+        be aborted).
+        """
+        now = time.time()
+        extra = " AND upload_token = ?" if current_only else ""
+        params: tuple[Any, ...] = (up.sha256, up.bytes, up.env_id, up.n_rows, up.seed,
+                                   up.source_commit, up.object_key, up.run, up.filename,
+                                   up.token, now, up.kind, up.name, up.version)
+        with self.transaction() as tx:
+            n = tx.execute(
+                "UPDATE artifacts SET status = 'ready', sha256 = ?, bytes = ?, env_id = ?, "
+                "n_rows = ?, seed = ?, source_commit = ?, object_key = ?, run = ?, "
+                "filename = ?, upload_token = ?, updated_at = ? "
+                f"WHERE kind = ? AND name = ? AND version = ? AND status = 'pending'{extra}",
+                params + ((up.token,) if current_only else ()),
             )
+            if n != 1:
+                return False, []
+            rows = tx.query(
+                f"SELECT {_UPLOAD_COLUMNS} FROM uploads WHERE kind = ? AND name = ? "
+                "AND version = ?", (up.kind, up.name, up.version))
+            tx.execute("DELETE FROM uploads WHERE kind = ? AND name = ? AND version = ?",
+                       (up.kind, up.name, up.version))
+        return True, [Upload(*r) for r in rows if r[0] != up.token]
+
+    def drop_upload(self, token: str) -> None:
+        """Forget one registration (aborted, or lost to another)."""
+        self._execute("DELETE FROM uploads WHERE token = ?", (token,))
 
     def mark_ready(self, rec: DatasetRecord) -> bool:
-        """Flip the pending row ``rec`` to ready; False when the row is no longer ``rec``.
-
-        The row must still hold ``rec``'s object key, sha256 and size: a registration that
-        replaced it since ``rec`` was read (and whose object was never checked) stays pending.
-        """
+        """Flip the pending row ``rec`` to ready; False when the row is no longer ``rec``."""
         n = self._execute(
-            "UPDATE datasets SET status = 'ready', updated_at = ? "
-            "WHERE name = ? AND version = ? AND status = 'pending' AND object_key = ? "
-            "AND sha256 = ? AND bytes = ?",
-            (time.time(), rec.name, rec.version, rec.object_key, rec.sha256, rec.bytes),
+            "UPDATE artifacts SET status = 'ready', updated_at = ? "
+            "WHERE kind = ? AND name = ? AND version = ? AND status = 'pending' "
+            "AND object_key = ? AND sha256 = ? AND bytes = ?",
+            (time.time(), rec.kind, rec.name, rec.version, rec.object_key, rec.sha256,
+             rec.bytes),
         )
         return n > 0
+
+    # -- aliases ---------------------------------------------------------------------------
+
+    def set_alias(self, kind: str, name: str, alias: str, version: str) -> None:
+        """Point ``alias`` of ``kind/name`` at ``version`` (replacing where it pointed)."""
+        with self.transaction() as tx:
+            tx.execute("DELETE FROM aliases WHERE kind = ? AND name = ? AND alias = ?",
+                       (kind, name, alias))
+            tx.execute("INSERT INTO aliases (kind, name, alias, version, updated_at) "
+                       "VALUES (?, ?, ?, ?, ?)", (kind, name, alias, version, time.time()))
+
+    def alias_version(self, kind: str, name: str, alias: str) -> str | None:
+        """The version ``alias`` points at, or None."""
+        rows = self._query("SELECT version FROM aliases WHERE kind = ? AND name = ? AND "
+                           "alias = ?", (kind, name, alias))
+        return str(rows[0][0]) if rows else None
+
+    def aliases(self, kind: str, name: str | None = None) -> dict[tuple[str, str], list[str]]:
+        """``(name, version) -> [alias, ...]`` for ``kind`` (one name when given)."""
+        where, params = ("AND name = ?", (kind, name)) if name else ("", (kind,))
+        rows = self._query(f"SELECT name, version, alias FROM aliases WHERE kind = ? {where} "
+                           "ORDER BY alias", params)
+        out: dict[tuple[str, str], list[str]] = {}
+        for n, v, a in rows:
+            out.setdefault((str(n), str(v)), []).append(str(a))
+        return out
 
     # -- API keys --------------------------------------------------------------------------
 
@@ -263,14 +441,46 @@ class CatalogDB(ABC):
         return key
 
     def role_of(self, key: str) -> str | None:
-        """The role of ``key``, or None when it is unknown."""
-        rows = self._query("SELECT role FROM api_keys WHERE key_hash = ?", (hash_key(key),))
-        return str(rows[0][0]) if rows else None
+        """The role of ``key``, or None when it is unknown or revoked.
+
+        Every call reads the database (no cache), so a revocation holds from the next
+        request; ``last_used`` is written at most every :data:`LAST_USED_EVERY_S`.
+        """
+        h = hash_key(key)
+        rows = self._query("SELECT role FROM api_keys WHERE key_hash = ? AND revoked_at IS NULL",
+                           (h,))
+        if not rows:
+            return None
+        now = time.time()
+        if now - self._last_used.get(h, 0.0) > LAST_USED_EVERY_S:
+            self._last_used[h] = now
+            self._execute("UPDATE api_keys SET last_used = ? WHERE key_hash = ?", (now, h))
+        return str(rows[0][0])
 
     def keys(self) -> list[ApiKey]:
-        """Stored keys (hashes only)."""
-        rows = self._query("SELECT key_hash, role, label, created_at FROM api_keys ORDER BY 4")
+        """Stored keys (hashes only), oldest first."""
+        rows = self._query("SELECT key_hash, role, label, created_at, last_used, revoked_at "
+                           "FROM api_keys ORDER BY created_at")
         return [ApiKey(*r) for r in rows]
+
+    def revoke_key(self, key_id: str) -> ApiKey:
+        """Revoke the key whose :attr:`ApiKey.id` is ``key_id``; returns it.
+
+        Raises
+        ------
+        CatalogRequestError
+            No key, or a revoked one, has that id (the message lists the valid ids).
+        """
+        found = [k for k in self.keys() if k.id == key_id]
+        if not found:
+            ids = ", ".join(k.id for k in self.keys() if k.revoked_at is None) or "none"
+            raise CatalogRequestError(f"no API key with id {key_id!r} (active ids: {ids})")
+        k = found[0]
+        if k.revoked_at is not None:
+            return k
+        now = time.time()
+        self._execute("UPDATE api_keys SET revoked_at = ? WHERE key_hash = ?", (now, k.key_hash))
+        return ApiKey(k.key_hash, k.role, k.label, k.created_at, k.last_used, now)
 
     # -- recordings ------------------------------------------------------------------------
 
@@ -368,68 +578,88 @@ class CatalogDB(ABC):
         return int(rows[0][0]) if rows else 0
 
 
+
+
+def new_token() -> str:
+    """A registration token (returned by register, required by complete)."""
+    return "upl_" + secrets.token_urlsafe(24)
+
+
+def _short(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return mask_password(text[0] if text else type(exc).__name__)[:300]
+
+
 class SqliteCatalogDB(CatalogDB):
-    """SQLite in WAL mode; one connection shared by the service's threads under a lock."""
+    """SQLite in WAL mode through a small pool; ``BEGIN IMMEDIATE`` for every transaction.
+
+    Parameters
+    ----------
+    path : str
+        The database file (``:memory:`` for a private in-memory one).
+    """
 
     def __init__(self, path: str) -> None:
-        super().__init__()
+        from sqlalchemy import create_engine, event
+        from sqlalchemy.pool import QueuePool, StaticPool
+
         self.path = path
-        if path != ":memory:":
+        memory = path == ":memory:"
+        if not memory:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        self._conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA busy_timeout=5000")
-        self.init_schema()
 
-    @contextmanager
-    def _cursor(self) -> Iterator[Any]:
-        cur = self._conn.cursor()
-        try:
-            cur.execute("BEGIN IMMEDIATE")
-            yield cur
-            cur.execute("COMMIT")
-        except BaseException:
-            if self._conn.in_transaction:
-                cur.execute("ROLLBACK")
-            raise
-        finally:
-            cur.close()
+        def connect() -> sqlite3.Connection:
+            conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None,
+                                   timeout=30)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA busy_timeout=30000")
+            return conn
 
-    def close(self) -> None:
-        self._conn.close()
+        if memory:
+            engine = create_engine("sqlite://", creator=connect, poolclass=StaticPool)
+        else:
+            engine = create_engine("sqlite://", creator=connect, poolclass=QueuePool,
+                                   pool_size=4, max_overflow=4, pool_timeout=60)
+
+        @event.listens_for(engine, "begin")
+        def _begin(conn: Any) -> None:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+        super().__init__(engine, serialise=True)
 
 
 class PostgresCatalogDB(CatalogDB):
-    """PostgreSQL through ``psycopg`` 3 (install it to use ``postgresql://`` URLs)."""
+    """PostgreSQL through ``psycopg`` 3 and a pre-pinging pool (install psycopg to use it).
 
-    placeholder = "%s"
+    Parameters
+    ----------
+    url : str
+        ``postgresql://user:pass@host:port/db[?options=...]``.
+    pool_size, max_overflow : int
+        Connections kept open, and how many more a burst may open.
+    """
 
-    def __init__(self, url: str) -> None:
-        super().__init__()
+    def __init__(self, url: str, *, pool_size: int = 8, max_overflow: int = 24) -> None:
         try:
-            import psycopg  # type: ignore[import-not-found,unused-ignore]
+            import psycopg  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
         except ModuleNotFoundError as exc:
             raise CatalogRequestError(
                 f"database URL {mask_password(url)!r} needs the psycopg package "
                 "(pip install psycopg)"
             ) from exc
-        self._conn = psycopg.connect(url, autocommit=False)
-        self.init_schema()
+        from sqlalchemy import create_engine
 
-    @contextmanager
-    def _cursor(self) -> Iterator[Any]:
-        cur = self._conn.cursor()
+        sa_url = re.sub(r"^postgres(ql)?://", "postgresql+psycopg://", url)
+        engine = create_engine(sa_url, pool_size=pool_size, max_overflow=max_overflow,
+                               pool_pre_ping=True, pool_recycle=1800, pool_timeout=30)
         try:
-            yield cur
-            self._conn.commit()
-        except BaseException:
-            self._conn.rollback()
+            super().__init__(engine)
+        except DatabaseUnavailable:
+            engine.dispose()
             raise
-        finally:
-            cur.close()
 
-    def close(self) -> None:
-        self._conn.close()
+    def _migration_lock(self, tx: Transaction) -> None:
+        tx.query("SELECT pg_advisory_xact_lock(?)", (0x6E74636174,))  # 'ntcat'
 
 
 _QUERY_PASSWORD = re.compile(r"(?i)((?:^|&)password=)[^&]*")

@@ -24,17 +24,19 @@ import hmac
 import os
 import re
 import secrets
+import shutil
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 from numbatraj.errors import CatalogRequestError, IntegrityError
-from numbatraj.io.atomic import write_bytes
+from numbatraj.io.atomic import publishing, write_bytes
 from numbatraj.io.hashing import sha256_file
 
 __all__ = [
     "MAX_EXPIRY_S",
+    "MAX_PARTS",
     "FileObjects",
     "ObjectBackend",
     "Presigned",
@@ -47,12 +49,19 @@ __all__ = [
 MAX_EXPIRY_S = 7 * 24 * 3600
 #: The embedded store's URL-signing key is this many random bytes; a shorter one is refused.
 _MIN_SECRET_BYTES = 32
-_KEY = re.compile(r"datasets/[a-z0-9][a-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._+-]*/[0-9a-f]{32}\.bin")
+_KEY = re.compile(
+    r"(datasets|artifacts/[a-z]+)/[a-z0-9][a-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._+-]*/"
+    r"[0-9a-f]{32}\.bin"
+)
+_UPLOAD_ID = re.compile(r"[0-9a-f]{32}")
+#: S3's limits on a multipart upload: part numbers 1..10,000, parts of 5 MiB..5 GiB.
+MAX_PARTS = 10_000
 
 
-def new_object_key(name: str, version: str) -> str:
+def new_object_key(name: str, version: str, kind: str = "dataset") -> str:
     """A fresh, unguessable key for ``name`` + ``version`` (both already validated)."""
-    return f"datasets/{name}/{version}/{secrets.token_hex(16)}.bin"
+    top = "datasets" if kind == "dataset" else f"artifacts/{kind}"
+    return f"{top}/{name}/{version}/{secrets.token_hex(16)}.bin"
 
 
 def _cap(expires_s: int) -> int:
@@ -91,6 +100,27 @@ class ObjectBackend(Protocol):
 
     def read(self, key: str) -> bytes:
         """The whole object (the service reads small metadata objects, never data)."""
+        ...
+
+    def create_multipart(self, key: str) -> str:
+        """Start a multipart upload to ``key``; its upload id."""
+        ...
+
+    def presign_part(self, key: str, upload_id: str, part: int, expires_s: int) -> Presigned:
+        """A presigned ``PUT`` of part number ``part`` (1-based)."""
+        ...
+
+    def complete_multipart(self, key: str, upload_id: str, sizes: list[int]) -> str | None:
+        """Join the parts (``sizes[i]`` bytes for part ``i + 1``) into the object; None when
+        done, else why not (a missing or short part: the upload stays open to resume)."""
+        ...
+
+    def abort_multipart(self, key: str, upload_id: str) -> None:
+        """Drop an unfinished multipart upload and its parts (no error when gone)."""
+        ...
+
+    def health(self) -> None:
+        """Raise :class:`OSError` when the store cannot be reached."""
         ...
 
 
@@ -151,14 +181,16 @@ class FileObjects:
         msg = f"{method}\n{key}\n{expires}\n{extra}".encode()
         return hmac.new(self.secret, msg, hashlib.sha256).hexdigest()
 
-    def _url(self, method: str, key: str, expires_s: int, extra: dict[str, str]) -> Presigned:
+    def _url(self, method: str, key: str, expires_s: int, extra: dict[str, str],
+             *, http_method: str | None = None) -> Presigned:
         if not self.base_url:
             raise RuntimeError("FileObjects.base_url is unset: the service has not started")
         expires = int(time.time()) + _cap(expires_s)
         extra_s = "&".join(f"{k}={v}" for k, v in sorted(extra.items()))
         sig = self._signature(method, key, expires, extra_s)
         query = urlencode({**extra, "expires": expires, "sig": sig})
-        return Presigned(f"{self.base_url}/objects/{quote(key)}?{query}", method, float(expires))
+        return Presigned(f"{self.base_url}/objects/{quote(key)}?{query}",
+                         http_method or method, float(expires))
 
     def presign_get(self, key: str, expires_s: int) -> Presigned:
         return self._url("GET", key, expires_s, {})
@@ -173,10 +205,18 @@ class FileObjects:
             expires = int(q.get("expires", ""))
         except ValueError:
             return "the URL is not signed (no expiry)", q
-        extra = {k: q[k] for k in ("sha256", "size") if k in q} if method == "PUT" else {}
+        extra: dict[str, str]
+        if method == "PUT" and "upload" in q:
+            method = "PART"
+            extra = {k: q[k] for k in ("part", "upload") if k in q}
+        elif method == "PUT":
+            extra = {k: q[k] for k in ("sha256", "size") if k in q}
+        else:
+            extra = {}
         extra_s = "&".join(f"{k}={v}" for k, v in sorted(extra.items()))
         want = self._signature("GET" if method == "HEAD" else method, key, expires, extra_s)
-        if not hmac.compare_digest(want, q.get("sig", "")):
+        got = q.get("sig", "").encode("utf-8", "surrogateescape")
+        if not hmac.compare_digest(want.encode(), got):
             return "signature does not match (the URL was altered or signed elsewhere)", q
         if time.time() > expires:
             return f"the URL expired at {expires} (unix time)", q
@@ -197,6 +237,51 @@ class FileObjects:
     def read(self, key: str) -> bytes:
         with open(self.path_of(key), "rb") as f:
             return f.read()
+
+    # -- multipart: parts under root/.multipart/<upload id>/<n>, joined on complete ---------
+
+    def part_dir(self, upload_id: str) -> str:
+        """Where the parts of ``upload_id`` are kept."""
+        if not isinstance(upload_id, str) or not _UPLOAD_ID.fullmatch(upload_id):
+            raise CatalogRequestError(f"upload id {upload_id!r} is not one this catalog issues")
+        return os.path.join(self.root, ".multipart", upload_id)
+
+    def create_multipart(self, key: str) -> str:
+        self.path_of(key)
+        upload_id = secrets.token_hex(16)
+        os.makedirs(self.part_dir(upload_id))
+        return upload_id
+
+    def presign_part(self, key: str, upload_id: str, part: int, expires_s: int) -> Presigned:
+        self.part_dir(upload_id)
+        return self._url("PART", key, expires_s, {"part": str(part), "upload": upload_id},
+                         http_method="PUT")
+
+    def complete_multipart(self, key: str, upload_id: str, sizes: list[int]) -> str | None:
+        pdir = self.part_dir(upload_id)
+        if not os.path.isdir(pdir):
+            return f"multipart upload {upload_id} of {key} is unknown or was aborted"
+        for i, want in enumerate(sizes, 1):
+            p = os.path.join(pdir, str(i))
+            if not os.path.isfile(p):
+                return f"part {i} of {len(sizes)} was not uploaded"
+            if os.path.getsize(p) != want:
+                return f"part {i} has {os.path.getsize(p)} bytes, expected {want}"
+        dest = self.path_of(key)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        with publishing(dest) as tmp, open(tmp, "wb") as out:
+            for i in range(1, len(sizes) + 1):
+                with open(os.path.join(pdir, str(i)), "rb") as f:
+                    shutil.copyfileobj(f, out, 4 << 20)
+        shutil.rmtree(pdir, ignore_errors=True)
+        return None
+
+    def abort_multipart(self, key: str, upload_id: str) -> None:
+        shutil.rmtree(self.part_dir(upload_id), ignore_errors=True)
+
+    def health(self) -> None:
+        if not os.path.isdir(self.root) or not os.access(self.root, os.W_OK):
+            raise OSError(f"object directory {self.root} is missing or not writable")
 
 
 class S3Objects:
@@ -281,6 +366,62 @@ class S3Objects:
     def read(self, key: str) -> bytes:
         body = self.client.get_object(Bucket=self.bucket, Key=self._key(key))["Body"]
         return bytes(body.read())
+
+    def create_multipart(self, key: str) -> str:
+        out = self.client.create_multipart_upload(Bucket=self.bucket, Key=self._key(key))
+        return str(out["UploadId"])
+
+    def presign_part(self, key: str, upload_id: str, part: int, expires_s: int) -> Presigned:
+        exp = _cap(expires_s)
+        params = {"Bucket": self.bucket, "Key": self._key(key), "UploadId": upload_id,
+                  "PartNumber": part}
+        url = self.client.generate_presigned_url("upload_part", Params=params, ExpiresIn=exp)
+        return Presigned(url, "PUT", time.time() + exp)
+
+    def complete_multipart(self, key: str, upload_id: str, sizes: list[int]) -> str | None:
+        from botocore.exceptions import ClientError
+
+        k = self._key(key)
+        have: dict[int, dict[str, Any]] = {}
+        try:
+            pages = self.client.get_paginator("list_parts").paginate(
+                Bucket=self.bucket, Key=k, UploadId=upload_id)
+            for page in pages:
+                for p in page.get("Parts", []):
+                    have[int(p["PartNumber"])] = p
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "?")
+            return f"multipart upload {upload_id} of {k} cannot be listed ({code})"
+        for i, want in enumerate(sizes, 1):
+            if i not in have:
+                return f"part {i} of {len(sizes)} was not uploaded"
+            if int(have[i]["Size"]) != want:
+                return f"part {i} has {have[i]['Size']} bytes, expected {want}"
+        parts = [{"PartNumber": i, "ETag": have[i]["ETag"]} for i in range(1, len(sizes) + 1)]
+        try:
+            self.client.complete_multipart_upload(
+                Bucket=self.bucket, Key=k, UploadId=upload_id, MultipartUpload={"Parts": parts})
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "?")
+            return f"multipart upload {upload_id} of {k} could not be completed ({code})"
+        return None
+
+    def abort_multipart(self, key: str, upload_id: str) -> None:
+        from botocore.exceptions import ClientError
+
+        try:
+            self.client.abort_multipart_upload(Bucket=self.bucket, Key=self._key(key),
+                                               UploadId=upload_id)
+        except ClientError:
+            pass
+
+    def health(self) -> None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+        except (BotoCoreError, ClientError) as exc:
+            raise OSError(f"bucket {self.bucket} unreachable: {exc}") from None
 
 
 def open_objects(url: str) -> FileObjects | S3Objects:

@@ -27,7 +27,9 @@ from numbatraj.errors import CatalogRequestError
 
 __all__ = [
     "API",
+    "ARTIFACTS",
     "DATASETS",
+    "KINDS",
     "HEALTH",
     "MAX_PATH_CHARS",
     "RECORDINGS",
@@ -35,7 +37,13 @@ __all__ = [
     "STATE_HELD",
     "STATE_UNCHANGED",
     "STATE_UPLOAD",
+    "alias_route",
+    "artifact_action_route",
+    "artifact_base",
+    "artifact_route",
     "blob_complete_route",
+    "check_alias",
+    "check_kind",
     "check_dataset",
     "check_name",
     "check_project",
@@ -58,6 +66,10 @@ API = "/v1"
 HEALTH = f"{API}/health"
 DATASETS = f"{API}/datasets"
 RECORDINGS = f"{API}/recordings"
+ARTIFACTS = f"{API}/artifacts"
+
+#: Kinds of artifact: a dataset file, a policy's weights, a project directory (an archive).
+KINDS = ("dataset", "policy", "project")
 
 # -- JSON: the ``state`` an offer is answered with ------------------------------------------
 
@@ -77,6 +89,26 @@ def dataset_route(name: str) -> str:
 def dataset_complete_route(name: str, version: str) -> str:
     """``/v1/datasets/<name>/<version>/complete`` (``POST``: check the upload, then ready)."""
     return f"{DATASETS}/{quote(name)}/{quote(version)}/complete"
+
+
+def artifact_base(kind: str) -> str:
+    """``/v1/datasets`` for datasets, ``/v1/artifacts/<kind>`` for the other kinds."""
+    return DATASETS if check_kind(kind) == "dataset" else f"{ARTIFACTS}/{kind}"
+
+
+def artifact_route(kind: str, name: str) -> str:
+    """``GET``: a ready version (``?version=`` or ``?alias=``) and its presigned download."""
+    return f"{artifact_base(kind)}/{quote(name)}"
+
+
+def artifact_action_route(kind: str, name: str, version: str, action: str) -> str:
+    """``POST`` ``.../<version>/complete|parts|abort`` of one registration (``token``)."""
+    return f"{artifact_base(kind)}/{quote(name)}/{quote(version)}/{action}"
+
+
+def alias_route(kind: str, name: str, alias: str) -> str:
+    """``POST`` ``{version}``: point ``alias`` at a ready version."""
+    return f"{artifact_base(kind)}/{quote(name)}/aliases/{quote(alias)}"
 
 
 def project_route(project: str) -> str:
@@ -129,6 +161,18 @@ def check_name(name: object) -> str:
 def check_version(version: object) -> str:
     """A version: letters, digits, ``.``, ``_``, ``+``, ``-``; at most 64 chars."""
     return _checked(version, _VERSION, "version", _VERSION_RULE)
+
+
+def check_kind(kind: object) -> str:
+    """One of :data:`KINDS`."""
+    if kind not in KINDS:
+        raise CatalogRequestError(f"artifact kind {kind!r} is not one of {', '.join(KINDS)}")
+    return str(kind)
+
+
+def check_alias(alias: object) -> str:
+    """An alias (``promoted``, ``staging``...): the dataset-name rule."""
+    return _checked(alias, _NAME, "alias", _NAME_RULE)
 
 
 def check_project(project: object) -> str:

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import numba
 import numpy as np
 
+from numbatraj._checks import host_buffer
 from numbatraj._cuda import is_device_array
+from numbatraj._jit import parallel_region, parallel_threads
 from numbatraj.data.index_batch import IndexBatch
 from numbatraj.errors import RowIndexError, SchemaError
 
@@ -22,12 +25,6 @@ if TYPE_CHECKING:
 __all__ = ["ResidentColumn"]
 
 _INT64_MAX = np.iinfo(np.int64).max
-
-#: Batches moving at most this many bytes use the serial kernel: below it the parallel
-#: region's fork/join costs more than it saves (measured on 2 cores: 16 rows x 104 B take
-#: 1.7 us serial vs 3.0 us parallel; 64 rows, 4.6 vs 3.8 us; see docs/residency.md).
-SERIAL_MAX_BYTES = 4 << 10
-
 
 def word_dtype(row_bytes: int) -> np.dtype:
     """The widest unsigned word (8, 4, 2 or 1 bytes) that divides ``row_bytes``.
@@ -41,16 +38,26 @@ def word_dtype(row_bytes: int) -> np.dtype:
     return np.dtype(np.uint8)
 
 
+_KERNELS: Any = None
+
+
 def _kernels() -> Any:
     """The host kernel module, imported on first gather so ``import numbatraj`` stays light."""
-    from numbatraj.data import _gather_kernels
+    global _KERNELS
+    if _KERNELS is None:
+        from numbatraj.data import _gather_kernels
 
-    return _gather_kernels
+        _KERNELS = _gather_kernels
+    return _KERNELS
 
 
 # ---------------------------------------------------------------------- shared host helpers
 def host_indices(idx: Any, what: str) -> np.ndarray:
     """``idx`` (array-like or :class:`IndexBatch`) as a C-contiguous int64 ``(B,)``/``(B, T)``."""
+    if type(idx) is np.ndarray and idx.dtype == np.int64 and idx.flags.c_contiguous and (
+        idx.ndim == 1 or idx.ndim == 2
+    ):
+        return idx  # the common case, checked in a few hundred nanoseconds
     if isinstance(idx, IndexBatch):
         idx = idx.indices
     if is_device_array(idx):
@@ -81,14 +88,19 @@ def _position(shape: tuple[int, ...], flat: int) -> object:
     return tuple(int(i) for i in np.unravel_index(flat, shape))
 
 
-def out_array(
-    out: np.ndarray | None, shape: tuple[int, ...], dtype: np.dtype, what: str
-) -> np.ndarray:
-    """``out`` checked against ``shape``/``dtype`` (C-contiguous, writeable), or a new array."""
+def out_array(out: Any, shape: tuple[int, ...], dtype: np.dtype, what: str) -> np.ndarray:
+    """``out`` checked against ``shape``/``dtype`` (C-contiguous, writeable), or a new array.
+
+    ``out`` may be a numpy array, a writable torch CPU tensor or any host DLPack / array
+    interface exporter (:func:`numbatraj._checks.host_buffer`); the result is a view of it.
+    """
     if out is None:
         return np.empty(shape, dtype=dtype)
-    if not isinstance(out, np.ndarray):
-        raise SchemaError(f"{what}: out must be a numpy array, got {type(out).__name__}")
+    if type(out) is np.ndarray and out.shape == shape and out.dtype == dtype and (
+        out.flags.c_contiguous and out.flags.writeable
+    ):
+        return out
+    out = host_buffer(out, f"{what}: out")
     if out.dtype != dtype or out.shape != shape:
         raise SchemaError(
             f"{what}: out is {out.dtype.name} {out.shape}, expected {dtype.name} {shape}"
@@ -123,25 +135,49 @@ def gather_words(
     ``words`` and ``out_words`` are the word views of the source and of ``out``; ``idx`` is
     flat int64.  Nothing is written when an index is out of range.
     """
-    if idx.shape[0] == 0:
+    n = idx.shape[0]
+    if n == 0:
         return
     k = _kernels()
-    pos = int(k.first_outside_cpu(idx, lo, hi))
+    if words.shape[1] == 0:
+        pos = int(k.first_outside_cpu(idx, lo, hi))
+    else:
+        threads = parallel_threads(out_words.nbytes)
+        if threads == 1:
+            pos = int(k.checked_gather_cpu(words, idx, base, lo, hi, out_words))
+        else:
+            pos = int(k.first_outside_cpu(idx, lo, hi))
+            if pos < 0:
+                _parallel_gather(k, words, idx, base, out_words, threads)
     if pos >= 0:
         raise_outside(what, shape, pos, int(idx[pos]), lo, hi, hint)
-    if words.shape[1] == 0:
-        return
-    if out_words.nbytes <= SERIAL_MAX_BYTES or k.threads() == 1:
-        k.gather_rows_serial_cpu(words, idx, base, out_words)
-    else:
-        k.gather_rows_cpu(words, idx, base, out_words)
+
+
+def _parallel_gather(k: Any, words: np.ndarray, idx: np.ndarray, base: int,
+                     out_words: np.ndarray, threads: int) -> None:
+    """The parallel kernel on exactly ``threads`` of Numba's threads (restored afterwards)."""
+    before = numba.get_num_threads()
+    if threads != before:
+        numba.set_num_threads(threads)
+    try:
+        with parallel_region():
+            k.gather_rows_cpu(words, idx, base, out_words, threads)
+    finally:
+        if threads != before:
+            numba.set_num_threads(before)
+
+
+_WORDS: dict[int, np.dtype] = {}
 
 
 def as_words(a: np.ndarray, n_rows: int, row_bytes: int) -> np.ndarray:
     """C-contiguous ``a`` viewed as ``(n_rows, row_bytes // word)`` unsigned words."""
     if not row_bytes:
         return np.empty((n_rows, 0), np.uint8)
-    return a.reshape(n_rows, row_bytes // a.dtype.itemsize).view(word_dtype(row_bytes))
+    wdt = _WORDS.get(row_bytes)
+    if wdt is None:
+        wdt = _WORDS.setdefault(row_bytes, word_dtype(row_bytes))
+    return a.reshape(n_rows, row_bytes // a.itemsize).view(wdt)
 
 
 def check_column_array(data: Any, what: str) -> np.ndarray:

@@ -46,7 +46,7 @@ from numbatraj.catalog.protocol import (
 )
 from numbatraj.errors import NumbatrajError
 from numbatraj.io.dotenv import read_dotenv
-from numbatraj.io.download import fetch, redact_text
+from numbatraj.io.download import redact_text
 from numbatraj.io.hashing import sha256_file
 from numbatraj.lerobot.schema import INFO_PATH, named_files, order_key
 from numbatraj.remote._recording_scan import (
@@ -361,18 +361,18 @@ class RecordingSync:
             INFO_PATH not in want or sha256_file(info) != want[INFO_PATH]["sha256"]
         ):
             os.unlink(info)
-        got = moved = 0
+        todo: list[tuple[dict[str, Any], str]] = []
         for f in files:
             local = os.path.join(dest, *f["path"].split("/"))
             if os.path.isfile(local) and os.path.getsize(local) == f["bytes"]:
                 if sha256_file(local) == f["sha256"]:
                     continue
-            dl = f["download"]
-            r = fetch(dl["url"], local, sha256=f["sha256"], size=f["bytes"],
-                      headers=dl.get("headers") or None, **self.catalog.fetch_options)
-            got += 1
-            moved += r.bytes_downloaded
-        return got, moved
+            todo.append((f, local))
+        # data and videos in parallel over one session; meta/info.json alone, last
+        last = [j for j in todo if j[0]["path"] == INFO_PATH]
+        results = self.catalog.fetch_many([j for j in todo if j[0]["path"] != INFO_PATH])
+        results += self.catalog.fetch_many(last)
+        return len(results), sum(r.bytes_downloaded for r in results)
 
 
 def list_recordings(catalog: RemoteCatalog, project: str) -> list[dict[str, Any]]:

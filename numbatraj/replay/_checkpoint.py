@@ -55,7 +55,10 @@ __all__ = [
     "write_checkpoint",
 ]
 
-FORMAT_VERSION = 1
+#: 2 added the stream options (``n_envs``, ``next_of``, ``frame_stack`` in the config,
+#: ``cut_first`` in the state, ``side/*`` datasets); version-1 files load with the defaults.
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,7 @@ def write_checkpoint(
     state: dict[str, Any],
     rows: Iterable[tuple[str, np.ndarray, np.ndarray]],
     tree: TreeArrays | None,
+    side: dict[str, np.ndarray] | None = None,
 ) -> None:
     """Write a checkpoint: ``rows`` yields ``(column, demo rows, ring rows)`` (host arrays of
     the storage dtype, possibly strided); ``tree`` for a prioritized replay."""
@@ -132,6 +136,8 @@ def write_checkpoint(
             if tree is not None:
                 for key in ("leaves", "stamps", "present"):
                     f.create_dataset(f"sampler/{key}", data=getattr(tree, key))
+            for key, arr in (side or {}).items():
+                f.create_dataset(f"side/{key}", data=arr)
         publish(tmp, path)
     except BaseException:
         discard(tmp)
@@ -151,10 +157,10 @@ def open_checkpoint(path: str, kind: str) -> Iterator[tuple[h5py.File, dict[str,
         version = f.attrs.get("numbatraj_replay")
         if version is None:
             raise IntegrityError(f"{path!r} is not a replay checkpoint (no numbatraj_replay attr)")
-        if int(version) != FORMAT_VERSION:
+        if int(version) not in READABLE_VERSIONS:
             raise IntegrityError(
                 f"checkpoint {path!r} has format version {int(version)}, this numbatraj reads "
-                f"version {FORMAT_VERSION}"
+                f"versions {', '.join(map(str, READABLE_VERSIONS))}"
             )
         try:
             cfg = json.loads(f.attrs["config"])
@@ -184,6 +190,8 @@ def columns_from_config(path: str, cfg: dict[str, Any],
             beta=cfg["beta"], eps=cfg["eps"],
             quantize={k: tuple(v) for k, v in cfg["quantize"].items()} or None,
             demo_capacity=cfg["demo_capacity"], demo_fraction=cfg["demo_fraction"],
+            n_envs=cfg.get("n_envs", 1), next_of=cfg.get("next_of") or None,
+            frame_stack=cfg.get("frame_stack") or None,
         )
         capacity, ere = cfg["capacity"], cfg["ere"]
     except (KeyError, TypeError, AttributeError) as exc:
@@ -211,6 +219,14 @@ def read_tree(f: h5py.File, path: str, capacity: int, demo_capacity: int, ring: 
         read_rows(f, "sampler/present", present, path)
     check_priorities(path, present, leaves, d, nd, size)
     return TreeArrays(leaves, stamps, present)
+
+
+def read_side(f: h5py.File, path: str) -> dict[str, np.ndarray]:
+    """The next_of side table datasets (``side/rows`` and one per target)."""
+    g = f.get("side")
+    if g is None or "rows" not in g:
+        raise IntegrityError(f"checkpoint {path!r}: no next_of side table (side/rows)")
+    return {k: g[k][()] for k in g}
 
 
 def held_rows(capacity: int, demo_capacity: int, n_demo: int, size: int) -> np.ndarray:

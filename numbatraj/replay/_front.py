@@ -20,14 +20,46 @@ import numpy as np
 from numbatraj._checks import check_count, check_real, check_seed
 from numbatraj.data.column import ColumnSpec
 from numbatraj.data.index_batch import IndexBatch
-from numbatraj.errors import SamplerError, SchemaError
+from numbatraj.errors import IntegrityError, SamplerError, SchemaError
 from numbatraj.replay import _checkpoint as ck
 from numbatraj.replay import _draw, _store_io
+from numbatraj.replay import _streams as _st
 from numbatraj.replay.columns import Quantization, ReplayColumns
 
 __all__ = ["ReplayFront"]
 
 R = TypeVar("R", bound="ReplayFront")
+
+
+_BLOCK_MIN = 1 << 20
+
+
+def block_outputs(specs: Mapping[str, tuple[Any, tuple[int, ...]]]) -> dict[str, np.ndarray]:
+    """New arrays ``name -> np.empty(shape, dtype)`` carved out of one allocation (each
+    64-byte aligned, C-contiguous, disjoint).
+
+    Measured: two 5.4 MB outputs (256 pixel rows) allocated apart cost 1.1-1.9 ms of page
+    faults per call, because glibc gives the freed pair back to the OS every time (their sum
+    passes its trim threshold); one block of the same bytes is reused without faults
+    (80 us to allocate and fill).  The arrays share that block's lifetime.
+    """
+    offs = {}
+    total = 0
+    for name, (dt, shape) in specs.items():
+        offs[name] = total
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize
+        total += (nbytes + 63) // 64 * 64
+    if total < _BLOCK_MIN:  # small outputs: the heap reuses them anyway
+        return {name: np.empty(shape, dtype=dt) for name, (dt, shape) in specs.items()}
+    raw = np.empty(total + 64, dtype=np.uint8)
+    base = (-raw.ctypes.data) % 64
+    out = {}
+    for name, (dt, shape) in specs.items():
+        dt = np.dtype(dt)
+        n = int(np.prod(shape, dtype=np.int64))
+        a = raw[base + offs[name] : base + offs[name] + n * dt.itemsize].view(dt)
+        out[name] = a.reshape(shape)
+    return out
 
 
 class ReplayFront:
@@ -41,6 +73,10 @@ class ReplayFront:
     """
 
     _KIND: ClassVar[str] = "StoreReplay"
+    #: what the backend implements of the stream options: "n_envs", "next_of",
+    #: "frame_stack" (constructor), "n_step" (sample), "sequences" (sample_sequences),
+    #: "prioritized_sequences"
+    _OPTIONS: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(
         self,
@@ -55,6 +91,9 @@ class ReplayFront:
         quantize: Mapping[str, tuple[float, float]] | None = None,
         demo_capacity: int = 0,
         demo_fraction: float | None = None,
+        n_envs: int = 1,
+        next_of: Mapping[str, str] | None = None,
+        frame_stack: Mapping[str, int] | None = None,
     ) -> None:
         self._cols = ReplayColumns(columns, quantize)
         cap = check_count("capacity", capacity)
@@ -65,6 +104,29 @@ class ReplayFront:
                 f"expected demo_capacity < capacity"
             )
         self._capacity, self._d, self._r = cap, d, cap - d
+        specs = self._cols.specs
+        self._streams = _st.stream_config(specs, self._cols.quant, self._r, n_envs, next_of,
+                                          frame_stack)
+        st = self._streams
+        asked = [o for o, on in (("n_envs", st.n_envs > 1), ("next_of", bool(st.next_of)),
+                                 ("frame_stack", bool(st.frame_stack))) if on]
+        missing = [o for o in asked if o not in self._OPTIONS]
+        if missing:
+            raise SchemaError(
+                f"{self._KIND} does not support {' or '.join(missing)} yet (got "
+                f"{st.to_json()}); StoreReplay does"
+            )
+        self._next_cols: ReplayColumns | None = None
+        if self._streams.next_of:
+            self._next_cols = ReplayColumns(
+                [ColumnSpec(t, specs[src].dtype, specs[src].shape)
+                 for t, src in self._streams.next_of.items()])
+        #: columns whose set flag ends an episode
+        self._end_names = tuple(c for c in ("done", "truncated")
+                                if c in specs and specs[c].shape == ())
+        #: does the first held row of each stream begin an episode (0: demos, 1 + e: env e)
+        self._cut_first = np.ones(1 + self._streams.n_envs, dtype=np.bool_)
+        self._side: _st.SideTable | None = None
         self._seed = check_seed(seed)
         self._prioritized = bool(prioritized)
         self._alpha = check_real("alpha", alpha, 0.0, False)
@@ -134,6 +196,21 @@ class ReplayFront:
         return self._prioritized
 
     @property
+    def n_envs(self) -> int:
+        """Streams: every ``add`` writes one step (or ``T`` steps) of each."""
+        return self._streams.n_envs
+
+    @property
+    def next_of(self) -> dict[str, str]:
+        """Derived columns: target -> the column whose next row it is."""
+        return dict(self._streams.next_of)
+
+    @property
+    def frame_stack(self) -> dict[str, int]:
+        """Stacked columns and their depth."""
+        return dict(self._streams.frame_stack)
+
+    @property
     def seed(self) -> int:
         return self._seed
 
@@ -185,14 +262,161 @@ class ReplayFront:
         int
             ``n``, the rows offered.
         """
-        arrays, n = self._cols.check_rows(rows)
-        return self._add_rows(arrays, n)
+        if self._streams.plain:
+            arrays, n = self._cols.check_rows(rows)
+            return self._add_rows(arrays, n)
+        arrays, nx, n = self._check_stream_rows(rows, "add")
+        return self._add_rows(arrays, n, nx)
 
-    def _add_rows(self, arrays: dict[str, Any], n: int) -> int:
+    def _check_stream_rows(self, rows: dict[str, Any], what: str,
+                           ) -> tuple[dict[str, Any], dict[str, Any] | None, int]:
+        """Rows of the declared columns and of the ``next_of`` targets, flattened to
+        ``(T * n_envs, *shape)`` (``add``) and checked, before anything is written."""
+        nx_cols = self._next_cols
+        nx: dict[str, Any] | None = None
+        if nx_cols is not None:
+            missing = [t for t in nx_cols.names if t not in rows]
+            if missing:
+                raise SchemaError(
+                    f"{what}: missing {', '.join(map(repr, missing))}: a next_of target is "
+                    f"given on every call (kept only where it cannot be derived)"
+                )
+            nx = {t: rows.pop(t) for t in nx_cols.names}
+        e = self._streams.n_envs
+        if e > 1 and what == "add":
+            rows = self._flat_steps(rows, self._cols, e)
+            if nx is not None and nx_cols is not None:
+                nx = self._flat_steps(nx, nx_cols, e)
+        arrays, n = self._cols.check_rows(rows, what)
+        if nx is not None and nx_cols is not None:
+            nx, m = nx_cols.check_rows(nx, what)
+            if m != n:
+                raise SchemaError(
+                    f"{what}: the next_of targets have {m} rows, the columns {n}; every column "
+                    f"needs the same number of rows"
+                )
+            nx = {t: np.asarray(v).reshape(n, *nx_cols.specs[t].shape) for t, v in nx.items()}
+        return arrays, nx, n
+
+    @staticmethod
+    def _flat_steps(rows: Mapping[str, Any], cols: ReplayColumns, e: int) -> dict[str, Any]:
+        out = {}
+        for name, v in rows.items():
+            spec = cols.specs.get(name)
+            if spec is None:
+                out[name] = v  # check_rows names it
+                continue
+            a = v if hasattr(v, "__cuda_array_interface__") else np.asarray(v)
+            shp = tuple(a.shape)
+            nd = len(spec.shape)
+            if shp[1:] == spec.shape and len(shp) == nd + 1 and shp[0] == e:
+                out[name] = a
+            elif len(shp) == nd + 2 and shp[1] == e and shp[2:] == spec.shape:
+                out[name] = a.reshape(shp[0] * e, *spec.shape)
+            else:
+                raise SchemaError(
+                    f"add: n_envs={e}, column {name!r} rows have shape {spec.shape}, got an "
+                    f"array of shape {shp}; expected ({e}, *{spec.shape}) (one step of every "
+                    f"env) or (T, {e}, *{spec.shape}); nothing was written"
+                )
+        return out
+
+    def cut_first(self) -> np.ndarray:
+        """bool ``(1 + n_envs,)``: whether the first held row of each stream (0: the demos,
+        ``1 + e``: env ``e``) begins an episode; False once the ring overwrote the start of
+        that stream's oldest episode (a dump lists it in ``ep_cut_start``)."""
+        return self._cut_first.copy()
+
+    def _set_cut_first(self, flags: np.ndarray) -> None:
+        self._cut_first[:] = np.asarray(flags, dtype=np.bool_)
+
+    def _ends_of(self, arrays: Mapping[str, Any], sel: np.ndarray, n: int) -> np.ndarray:
+        """``done | truncated`` of batch rows ``sel`` (bool)."""
+        f = np.zeros(sel.shape[0], dtype=np.bool_)
+        for c in self._end_names:
+            f |= np.asarray(arrays[c]).reshape(n)[sel].astype(np.bool_)
+        return f
+
+    def _end_flags(self, phys: np.ndarray) -> np.ndarray | None:
+        """Backend: ``done | truncated`` of held physical rows (None: not tracked)."""
+        return None
+
+    def _end_flag_at(self, p: int) -> bool | None:
+        """Backend: ``done | truncated`` of held physical row ``p`` (None: not tracked)."""
+        return None
+
+    def _oldest_slot(self) -> int:
+        o = self._cursor - self._size
+        return o + self._r if o < 0 else o
+
+    def _logical_phys(self, logical: np.ndarray) -> np.ndarray:
+        return self._d + (self._oldest_slot() + logical) % self._r
+
+    def _note_cut(self, arrays: Mapping[str, Any], n: int) -> None:
+        """Before a ring write that overwrites rows: whether each stream's new oldest row
+        begins an episode (its overwritten predecessor ended one)."""
+        r, e, size = self._r, self._streams.n_envs, self._size
+        ov = size + n - r
+        if ov <= 0 or not self._end_names:
+            return
+        if n > r:
+            skip = n - r
+            self._cut_first[1:] = self._ends_of(arrays, np.arange(skip - e, skip), n)
+            return
+        if e == 1:  # scalar reads: this runs on every add once the ring is full
+            p = self._oldest_slot() + ov - 1
+            one = self._end_flag_at(self._d + (p - r if p >= r else p))
+            if one is not None:
+                self._cut_first[1] = one
+            return
+        flags = self._end_flags(self._logical_phys(np.arange(ov - e, ov)))
+        if flags is not None:
+            self._cut_first[1:] = flags
+
+    def _side_table(self) -> _st.SideTable:
+        if self._side is None:
+            specs = self._cols.specs
+            self._side = _st.SideTable(self._capacity, {
+                t: (specs[src].dtype, specs[src].shape)
+                for t, src in self._streams.next_of.items()})
+        return self._side
+
+    def _side_before(self, n: int, cursor: int) -> None:
+        """next_of: free the entries of the slots about to be written and of each stream's
+        newest row that gets a successor and did not end an episode."""
+        side = self._side_table()
+        r, e, size = self._r, self._streams.n_envs, self._size
+        k = min(n, r)
+        side.release(self._d + (cursor + np.arange(n - k, n)) % r)
+        if size:
+            prev = self._logical_phys(np.arange(size - e, size))
+            ends = self._end_flags(prev)
+            side.release(prev if ends is None else prev[~ends])
+
+    def _side_after(self, nx: Mapping[str, np.ndarray], arrays: Mapping[str, Any], n: int,
+                    cursor: int) -> None:
+        """next_of: keep the targets of the written rows that end an episode and of each
+        stream's newest row."""
+        r, e = self._r, self._streams.n_envs
+        k = min(n, r)
+        sel = np.arange(n - k, n)
+        keep = self._ends_of(arrays, sel, n) | (sel >= n - e)
+        sel = sel[keep]
+        phys = self._d + (cursor + sel) % r
+        self._side_table().keep(phys, {t: v[sel] for t, v in nx.items()})
+
+    def _add_rows(self, arrays: dict[str, Any], n: int,
+                  nx: dict[str, Any] | None = None) -> int:
         if n == 0:
             return 0
         cur = self._cursor
+        if self._end_names:
+            self._note_cut(arrays, n)
+        if nx is not None:
+            self._side_before(n, cur)
         self._write_ring(arrays, n, cur)
+        if nx is not None:
+            self._side_after(nx, arrays, n, cur)
         self._cursor = (cur + n) % self._r
         self._size = min(self._size + n, self._r)
         self._n_added += n
@@ -205,7 +429,11 @@ class ReplayFront:
         Raises :class:`SchemaError` (and writes nothing) when they do not fit in
         ``demo_capacity - n_demo`` free rows.
         """
-        arrays, n = self._cols.check_rows(rows, "add_demos")
+        nx: dict[str, Any] | None = None
+        if self._streams.plain:
+            arrays, n = self._cols.check_rows(rows, "add_demos")
+        else:
+            arrays, nx, n = self._check_stream_rows(dict(rows), "add_demos")
         if n == 0:
             return 0
         free = self._d - self._n_demo
@@ -214,7 +442,19 @@ class ReplayFront:
                 f"add_demos: {n} rows do not fit the demonstration prefix ({self._n_demo} of "
                 f"demo_capacity {self._d} rows used, {free} free); nothing was written"
             )
+        if nx is not None:
+            side = self._side_table()
+            nd = self._n_demo
+            if nd:
+                last = np.array([nd - 1], dtype=np.int64)
+                ends = self._end_flags(last)
+                side.release(last if ends is None else last[~ends])
         self._write_demos(arrays, n)
+        if nx is not None:
+            sel = np.arange(n)
+            keep = self._ends_of(arrays, sel, n) | (sel == n - 1)
+            self._side_table().keep(self._n_demo + sel[keep],
+                                    {t: v[keep] for t, v in nx.items()})
         self._n_demo += n
         self._ring_changed()
         return n
@@ -280,8 +520,9 @@ class ReplayFront:
         self._draw(batch, k, K)
         return batch
 
-    def sample(self, batch_size: int, *, k: int | None = None,
-               K: int | None = None) -> tuple[dict[str, Any], IndexBatch]:  # noqa: N803
+    def sample(self, batch_size: int, *, k: int | None = None, K: int | None = None,  # noqa: N803
+               n_step: int | None = None, gamma: float = 0.99,
+               ) -> tuple[dict[str, Any], IndexBatch]:
         """Draw a minibatch.
 
         Parameters
@@ -290,24 +531,38 @@ class ReplayFront:
             Rows (>= 1), drawn with replacement.
         k, K : int, optional, keyword-only
             Update ``k`` of ``K`` in the current phase; required when ERE is on.
+        n_step, gamma : int, float, optional, keyword-only
+            n-step targets: adds ``return`` (float32, ``sum_k gamma**k reward[t+k]`` for
+            ``k < m``) and ``discount`` (float32, ``gamma**m``, 0 after a terminal ``done``),
+            and every ``next_<x>`` column (stored or ``next_of``) is taken at row ``t+m-1``
+            of the same stream; ``m <= n_step`` stops at an episode end (``done`` or
+            ``truncated``) and at the stream's newest row (the write head: bootstrapped from
+            what exists).
 
         Returns
         -------
         dict of str to array
             Every column in new arrays, shape ``(batch_size, *spec.shape)``, declared dtype
-            (float32 for a quantised column).
+            (float32 for a quantised column); ``next_of`` targets; frame-stacked columns
+            ``(batch_size, depth, *spec.shape)``.
         IndexBatch
             Physical rows; with ``prioritized=True`` also ``weights`` float32 ``(B,)`` and
             ``stamps`` int64 ``(B,)`` for :meth:`update_priorities`.
         """
+        ns = self._check_nstep(n_step, gamma)
         batch = self.sample_indices(batch_size, k=k, K=K)
         b = batch.batch_size
-        out = self._new_outputs(b)
-        self._gather(batch.indices, out, b)
+        if ns is None and self._streams.plain:
+            out = self._new_outputs(b)
+            self._gather(batch.indices, out, b)
+            return out, batch
+        out = self._new_outputs_ext(b, ns)
+        self._gather_ext(batch.indices, out, b, ns)
         return out, batch
 
     def sample_into(self, outputs: Mapping[str, Any], batch_size: int, *, k: int | None = None,
-                    K: int | None = None) -> IndexBatch:  # noqa: N803
+                    K: int | None = None, n_step: int | None = None,  # noqa: N803
+                    gamma: float = 0.99) -> IndexBatch:
         """:meth:`sample` into caller-owned arrays.
 
         ``outputs[name]``: C-contiguous, writeable, shape ``(batch_size, *spec.shape)``, the
@@ -320,12 +575,123 @@ class ReplayFront:
         Nothing is allocated once a batch size has been seen.
         """
         b = check_count("batch_size", batch_size)
-        self._check_outputs(outputs, b)
+        ns = self._check_nstep(n_step, gamma)
+        plain = ns is None and self._streams.plain
+        # the checks hand back the arrays the kernels write through (a torch tensor's or a
+        # DLPack exporter's view on the host, a CUDA-array-interface view on the device)
+        if plain:
+            outputs = self._check_outputs(outputs, b)
+        else:
+            outputs = self._check_outputs_ext(outputs, b, ns)
         batch = self._reused_batch(b)
         self._check_drawable()
         self._draw(batch, k, K)
-        self._gather(batch.indices, outputs, b)
+        if plain:
+            self._gather(batch.indices, outputs, b)
+        else:
+            self._gather_ext(batch.indices, outputs, b, ns)
         return batch
+
+    def _check_nstep(self, n_step: int | None, gamma: float) -> tuple[int, float] | None:
+        if n_step is None:
+            return None
+        if "n_step" not in self._OPTIONS:
+            raise SamplerError(f"{self._KIND} does not support n_step yet; StoreReplay does")
+        n = check_count("n_step", n_step)
+        if "reward" not in self._cols.specs:
+            raise SchemaError("n_step needs a 'reward' column (n-step returns sum it)")
+        clash = [c for c in _st.NSTEP_OUTPUTS if c in self._cols.specs or
+                 c in self._streams.next_of]
+        if clash:
+            raise SchemaError(
+                f"n_step returns {_st.NSTEP_OUTPUTS}; the column {clash[0]!r} has that name"
+            )
+        return n, check_real("gamma", gamma, 0.0, False)
+
+    def _out_specs(self, ns: tuple[int, float] | None) -> dict[str, tuple[np.dtype, tuple]]:
+        """Every output of a transition draw: ``(dtype, row shape)`` per name."""
+        fs = self._streams.frame_stack
+        out: dict[str, tuple[np.dtype, tuple]] = {}
+        for name, spec in self._cols.specs.items():
+            shape = spec.shape if name not in fs else (fs[name], *spec.shape)
+            out[name] = (self._cols.sample_dtype(name), shape)
+        for t, src in self._streams.next_of.items():
+            out[t] = out[src]
+        if ns is not None:
+            for c in _st.NSTEP_OUTPUTS:
+                out[c] = (np.dtype(np.float32), ())
+        return out
+
+    def _new_outputs_ext(self, b: int, ns: tuple[int, float] | None) -> dict[str, Any]:
+        """Backend: new arrays for every output of :meth:`_out_specs`."""
+        return block_outputs({n: (dt, (b, *shp)) for n, (dt, shp) in self._out_specs(ns).items()})
+
+    def _check_outputs_ext(self, outputs: Mapping[str, Any], b: int,
+                           ns: tuple[int, float] | None) -> dict[str, Any]:
+        specs = self._out_specs(ns)
+        if set(outputs) != set(specs):
+            raise SchemaError(
+                f"sample_into: outputs has columns {sorted(outputs)}, expected {sorted(specs)}"
+            )
+        return {name: self._check_output(name, outputs[name], dt, (b, *shp))
+                for name, (dt, shp) in specs.items()}
+
+    def _gather_ext(self, idx: Any, outputs: Mapping[str, Any], b: int,
+                    ns: tuple[int, float] | None) -> None:
+        """Backend: a draw with streams, next_of, frame stacks or n-step targets."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ sequences
+    def sample_sequences(self, batch_size: int, T: int, *,  # noqa: N803
+                         within_episode: bool = False) -> tuple[dict[str, Any], IndexBatch]:
+        """Windows of ``T`` consecutive steps of one stream.
+
+        Spanning (default, DreamerV3's): windows may cross episode boundaries, marked by
+        ``is_first``; every window ends at or before its stream's newest row.  With
+        ``within_episode=True`` a window starts at any held row and stops after its
+        episode's last row (or at the write head); the rest is padding (the last row
+        repeated) flagged by ``<col>_is_pad``.  ``is_first`` is True where a row begins an
+        episode (from the stored ``done``/``truncated`` flags, not from the window start).
+
+        Prioritized replays draw window starts in proportion to their priority (online
+        windows only; spanning draws exclude demos) and :meth:`update_priorities` with a
+        ``(B, T)`` TD error sets each start's priority to ``eta * max + (1 - eta) * mean``.
+
+        Returns
+        -------
+        dict of str to array
+            Every column (and ``next_of`` target) ``(B, T, *shape)``, ``is_first`` bool
+            ``(B, T)``; with ``within_episode`` also ``<col>_is_pad`` bool ``(B, T)``.
+        IndexBatch
+            ``indices`` int64 ``(B, T)`` physical rows, ``is_first``; when prioritized
+            ``weights`` and ``stamps`` of the window starts.
+        """
+        if "sequences" not in self._OPTIONS:
+            raise SamplerError(
+                f"{self._KIND}.sample_sequences is not supported yet; use StoreReplay (or "
+                f"to_host())"
+            )
+        if self._prioritized and "prioritized_sequences" not in self._OPTIONS:
+            raise SamplerError(
+                f"{self._KIND}.sample_sequences on a prioritized replay (R2D2 window "
+                f"priorities) is not supported yet; StoreReplay does"
+            )
+        b = check_count("batch_size", batch_size)
+        t = check_count("T", T)
+        self._check_drawable()
+        longest = max(self._n_demo, self._size // self._streams.n_envs)
+        if t > longest:
+            raise SamplerError(
+                f"sample_sequences: T={t} is longer than every stream (the longest holds "
+                f"{longest} rows: {self._size // self._streams.n_envs} per env, {self._n_demo} "
+                f"demos)"
+            )
+        return self._sample_sequences(b, t, bool(within_episode))
+
+    def _sample_sequences(self, b: int, t: int,
+                          within: bool) -> tuple[dict[str, Any], IndexBatch]:
+        """Backend: the windows (host only so far)."""
+        raise NotImplementedError
 
     def _check_drawable(self) -> None:
         if self.n_rows == 0:
@@ -334,19 +700,20 @@ class ReplayFront:
                 "add() rows first"
             )
 
-    def _check_outputs(self, outputs: Mapping[str, Any], b: int) -> None:
+    def _check_outputs(self, outputs: Mapping[str, Any], b: int) -> dict[str, Any]:
         if set(outputs) != set(self._cols.names):
             raise SchemaError(
                 f"sample_into: outputs has columns {sorted(outputs)}, expected "
                 f"{sorted(self._cols.names)}"
             )
-        for name, spec in self._cols.specs.items():
-            self._check_output(name, outputs[name], self._cols.sample_dtype(name),
-                               (b, *spec.shape))
+        return {name: self._check_output(name, outputs[name], self._cols.sample_dtype(name),
+                                         (b, *spec.shape))
+                for name, spec in self._cols.specs.items()}
 
     def _check_output(self, name: str, out: Any, dtype: np.dtype,
-                      shape: tuple[int, ...]) -> None:
-        """Backend: one ``sample_into`` output (SchemaError naming ``outputs[name]``)."""
+                      shape: tuple[int, ...]) -> Any:
+        """Backend: one ``sample_into`` output checked (SchemaError naming
+        ``outputs[name]``); returns the array the kernels write through."""
         raise NotImplementedError
 
     def _index_batch(self, b: int) -> IndexBatch:
@@ -391,6 +758,7 @@ class ReplayFront:
             "quantize": {n: [q.low, q.high] for n, q in self._cols.quant.items()},
             "demo_fraction": self._fraction,
             "ere": None if ere is None else {"eta": ere.eta, "c_min": ere.c_min},
+            **self._streams.to_json(),
         }
 
     def _ring_state(self) -> ck.RingState:
@@ -407,7 +775,9 @@ class ReplayFront:
         tree = self._tree_arrays()
         return {
             "config": self._config(),
-            "state": {**self._ring_state().to_json(), **self._stream_state()},
+            "state": {**self._ring_state().to_json(), **self._stream_state(),
+                      "cut_first": self._cut_first.tolist()},
+            "side": self._side_arrays(),
             "rows": {n: (np.array(dm), np.array(rg)) for n, dm, rg in self._saved_rows()},
             "tree": None if tree is None else {"leaves": tree.leaves.copy(),
                                                "stamps": tree.stamps.copy(),
@@ -441,13 +811,62 @@ class ReplayFront:
             ck.check_priorities(where, tree.present, tree.leaves, self._d, ring.n_demo,
                                 ring.size)
         self._restore(st, ring, tree, where)
+        self._restore_streams(where, st, state.get("side"))
+
+    def _side_arrays(self) -> dict[str, np.ndarray] | None:
+        """The next_of side table: ``rows`` (physical) and each target's values."""
+        if not self._streams.next_of:
+            return None
+        if self._side is None:
+            self._side_table()
+        assert self._side is not None
+        rows, values = self._side.state()
+        return {"rows": rows, **values}
+
+    def _restore_streams(self, path: str, state: Mapping[str, Any],
+                         side: Mapping[str, Any] | None) -> None:
+        """Cut flags and the next_of side table of a checkpoint (checked)."""
+        cut = state.get("cut_first")
+        if cut is not None:
+            c = np.asarray(cut, dtype=np.bool_)
+            if c.shape != self._cut_first.shape:
+                raise IntegrityError(
+                    f"checkpoint {path!r}: cut_first has {c.shape[0]} entries, expected "
+                    f"{self._cut_first.shape[0]} (1 + n_envs)"
+                )
+            self._cut_first[:] = c
+        if not self._streams.next_of:
+            return
+        if side is None:
+            raise IntegrityError(f"checkpoint {path!r}: no next_of side table")
+        rows = np.asarray(side["rows"], dtype=np.int64)
+        held = ck.held_rows(self._capacity, self._d, self._n_demo, self._size)
+        if rows.ndim != 1 or (rows.size and (rows.min() < 0 or rows.max() >= self._capacity
+                                              or not held[rows].all())):
+            raise IntegrityError(
+                f"checkpoint {path!r}: next_of side table rows are not held rows"
+            )
+        vals = {}
+        for t, src in self._streams.next_of.items():
+            v = np.asarray(side[t])
+            spec = self._cols.specs[src]
+            if v.shape != (rows.shape[0], *spec.shape) or v.dtype != spec.dtype:
+                raise IntegrityError(
+                    f"checkpoint {path!r}: side/{t} is {v.dtype} {v.shape}, expected "
+                    f"{spec.dtype} {(rows.shape[0], *spec.shape)}"
+                )
+            vals[t] = v
+        self._side = None
+        self._side_table().keep(rows, vals)
 
     # ------------------------------------------------------------------ files
     def save(self, path: str | os.PathLike[str]) -> None:
         """Checkpoint everything (rows, ring state, priorities, streams) to ``path``
         (HDF5, written to ``<path>.tmp`` and renamed when complete)."""
-        state = {**self._ring_state().to_json(), **self._stream_state()}
-        ck.write_checkpoint(path, self._config(), state, self._saved_rows(), self._tree_arrays())
+        state = {**self._ring_state().to_json(), **self._stream_state(),
+                 "cut_first": self._cut_first.tolist()}
+        ck.write_checkpoint(path, self._config(), state, self._saved_rows(), self._tree_arrays(),
+                            self._side_arrays())
 
     @classmethod
     def load(cls: type[R], path: str | os.PathLike[str]) -> R:
@@ -472,6 +891,10 @@ class ReplayFront:
                 tree = ck.read_tree(f, path, rep._capacity, rep._d, ring,
                                     derive_present=cls._KIND == "StoreReplayGpu")
             rep._restore(state, ring, tree, path)
+            side = None
+            if rep._streams.next_of:
+                side = ck.read_side(f, path)
+            rep._restore_streams(path, state, side)
         return rep
 
     def _saved_rows(self) -> Iterator[tuple[str, np.ndarray, np.ndarray]]:

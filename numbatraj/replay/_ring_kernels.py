@@ -23,6 +23,7 @@ from numbatraj._jit import njit_kernel
 __all__ = [
     "word_dtype",
     "gather_rows_cpu",
+    "gather_wide_rows_cpu",
     "ring_slot",
     "ring_put_cpu",
     "copy_rows_cpu",
@@ -171,4 +172,35 @@ def gather_rows_cpu(src, idx, out):  # type: ignore[no-untyped-def]
             r = idx[i]
             for j in range(w):
                 out[i, j] = src[r, j]
+    return acc
+
+
+@njit_kernel
+def gather_wide_rows_cpu(src, idx, out):  # type: ignore[no-untyped-def]
+    """``out[i, :] = src[idx[i], :]`` for wide rows (a column stored apart: hundreds of
+    words per row, ``(capacity, w)`` and ``(B, w)`` C-contiguous word views).
+
+    NOTE (issue 14): the per-core gather work in ``data/_gather_kernels.py`` is another
+    engineer's; when it lands a serial row gather at least as fast as this one and
+    :func:`gather_rows_cpu`, the replay should call it instead of keeping its own copies
+    (measured at 3x84x84 uint8 and at 168-byte records before switching).
+
+    Each row is one long contiguous copy (the row slices let LLVM emit a vectorized copy),
+    and the hardware prefetcher streams it; the touch loop of :func:`gather_rows_cpu` would
+    only evict the block it prefetches.  The first line of the next row is loaded before the
+    current one is copied, so its miss overlaps the copy.  Serial: see
+    :func:`gather_rows_cpu`.  Returns a checksum of the touched words (unused).
+    """
+    b = idx.shape[0]
+    w = src.shape[1]
+    acc = src.dtype.type(0)
+    if w == 0 or b == 0:
+        return acc
+    for i in range(b):
+        if i + 1 < b:
+            acc ^= src[idx[i + 1], 0]
+        d = out[i]
+        s = src[idx[i]]
+        for j in range(w):
+            d[j] = s[j]
     return acc

@@ -12,14 +12,16 @@ from typing import Any
 
 import numpy as np
 
+from numbatraj._checks import as_host_values, check_real, host_buffer
 from numbatraj.data.column import ColumnSpec
 from numbatraj.data.index_batch import IndexBatch
-from numbatraj.errors import IntegrityError, SchemaError
+from numbatraj.errors import IntegrityError, SamplerError, SchemaError
 from numbatraj.replay import _checkpoint as ck
 from numbatraj.replay import _draw
 from numbatraj.replay import _quantize_kernels as _qk
 from numbatraj.replay import _ring_kernels as _rk
-from numbatraj.replay._front import ReplayFront
+from numbatraj.replay import _stream_kernels as _sk
+from numbatraj.replay._front import ReplayFront, block_outputs
 from numbatraj.replay._split import window_start_py
 from numbatraj.replay.columns import ReplayColumns
 from numbatraj.samplers import PrioritizedSampler, UniformSampler
@@ -30,14 +32,35 @@ __all__ = ["StoreReplay"]
 _RECORD_GATHER_MAX = 1 << 16  # rows; larger gathers go column by column (no scratch)
 
 
-def _record_layout(cols: ReplayColumns) -> tuple[int, dict[str, tuple[int, np.dtype]]]:
-    """Record size (a multiple of 8 bytes) and each column's ``(byte offset, word dtype)``.
+#: A column whose row is wider than this (bytes) is stored apart, as its own contiguous
+#: ``(capacity, *shape)`` array; narrower columns share the row record.  Measured
+#: (``bench/test_replay.py``, pixel group): a 3x84x84 uint8 row is 331 cache lines over six
+#: pages, so keeping it beside a 30-byte tail saves no miss, while the record costs a second
+#: copy of the row (scratch, then the column) on every gather and a strided write on every
+#: add.  A 17-float row (68 bytes) is one or two lines, and there the record (all narrow
+#: columns of a row in 3-4 adjacent lines of one page) is what makes the gather fast.
+#: Crossover, sample_into of 4 MiB of a uint8 (w,) column plus reward/action/done at 200k
+#: rows, record vs apart: w=128 213/305 us, 256 269/289, 512 359/386, 1024 577/556,
+#: 4096 508/434 (one run, load ~3).
+WIDE_BYTES = 512
+
+
+def _wide_columns(cols: ReplayColumns) -> tuple[str, ...]:
+    """Columns stored apart (row bytes above :data:`WIDE_BYTES`)."""
+    return tuple(n for n in cols.names
+                 if cols.row_elems(n) * cols.storage_dtype(n).itemsize > WIDE_BYTES)
+
+
+def _record_layout(cols: ReplayColumns, names: Iterable[str] | None = None,
+                   ) -> tuple[int, dict[str, tuple[int, np.dtype]]]:
+    """Record size (a multiple of 8 bytes) and each column's ``(byte offset, word dtype)``,
+    over ``names`` (default: every column).
 
     Columns go widest word first, so every offset is a multiple of the column's word size
     (and of its item size): the word and element views are aligned.
     """
     items = []
-    for name in cols.names:
+    for name in (cols.names if names is None else names):
         nbytes = cols.row_elems(name) * cols.storage_dtype(name).itemsize
         items.append((name, nbytes, _rk.word_dtype(nbytes) if nbytes else np.dtype(np.uint8)))
     order = sorted(range(len(items)), key=lambda k: -items[k][2].itemsize)
@@ -98,6 +121,8 @@ class StoreReplay(ReplayFront):
     """
 
     _KIND = "StoreReplay"
+    _OPTIONS = frozenset({"n_envs", "next_of", "frame_stack", "n_step", "sequences",
+                          "prioritized_sequences"})
 
     def __init__(
         self,
@@ -112,11 +137,15 @@ class StoreReplay(ReplayFront):
         quantize: Mapping[str, tuple[float, float]] | None = None,
         demo_capacity: int = 0,
         demo_fraction: float | None = None,
+        n_envs: int = 1,
+        next_of: Mapping[str, str] | None = None,
+        frame_stack: Mapping[str, int] | None = None,
     ) -> None:
         super().__init__(
             columns, capacity, prioritized=prioritized, seed=seed, alpha=alpha, beta=beta,
             eps=eps, quantize=quantize, demo_capacity=demo_capacity,
-            demo_fraction=demo_fraction,
+            demo_fraction=demo_fraction, n_envs=n_envs, next_of=next_of,
+            frame_stack=frame_stack,
         )
         cap = self._capacity
         self._sampler: PrioritizedSampler | UniformSampler
@@ -134,26 +163,44 @@ class StoreReplay(ReplayFront):
         self._words: dict[str, np.ndarray] = {}  # (capacity, words per row), for gathers
         self._plan: dict[str, tuple[Any, ...]] = {}
         self._items: dict[str, np.ndarray] = {}  # (capacity,) rows as opaque V<bytes> items
-        # Every physical row is one record holding all of its columns (widest words first,
-        # so each column starts on its word size; the record padded to 8 bytes): a sampled
-        # row is then 3-4 cache lines in one page instead of one or two lines per column.
-        self._layout = _record_layout(self._cols)
+        # Narrow columns of a physical row share one record (widest words first, so each
+        # column starts on its word size; the record padded to 8 bytes): a sampled row is
+        # then 3-4 cache lines in one page instead of one or two lines per column.  Wide
+        # columns (images) are stored apart, contiguous (see WIDE_BYTES).
+        self._wide = _wide_columns(self._cols)
+        narrow = [n for n in self._cols.names if n not in self._wide]
+        self._layout = _record_layout(self._cols, narrow)
         self._row_bytes = rb = self._layout[0]
-        #: uint64 (capacity, row_bytes / 8): the row records
-        self._rec = np.zeros((cap, rb // 8), dtype=np.uint64)
+        #: uint64 (capacity, row_bytes / 8): the row records of the narrow columns
+        self._rec = np.zeros((cap if narrow else 0, rb // 8), dtype=np.uint64)
+        self._narrow = tuple(narrow)
         raw = self._rec.view(np.uint8)
         for name, spec in self._cols.specs.items():
-            off, wdt = self._layout[1][name]
             sdt = self._cols.storage_dtype(name)
             q = self._cols.quant.get(name)
             e = self._cols.row_elems(name)
+            nbytes = e * sdt.itemsize
+            if name in self._wide:
+                arr = np.zeros((cap, *spec.shape), dtype=sdt)
+                wdt = _rk.word_dtype(nbytes)
+                flat = arr.reshape(cap, e)
+                self._rows2d[name] = flat
+                if q is None:
+                    self._plan[name] = (None, e, wdt)
+                    self._words[name] = flat.view(wdt)
+                    self._items[name] = flat.view(np.dtype(f"V{nbytes}")).reshape(cap)
+                else:
+                    self._plan[name] = (q, e, None)
+                self._data[name] = arr
+                continue
+            off, wdt = self._layout[1][name]
             arr = _view(raw, (cap, *spec.shape), sdt, off, rb)
             self._rows2d[name] = _view(raw, (cap, e), sdt, off, rb)
             if q is None:
                 self._plan[name] = (None, e, wdt)
-                n_w = e * sdt.itemsize // wdt.itemsize
+                n_w = nbytes // wdt.itemsize
                 self._words[name] = _view(raw, (cap, n_w), wdt, off, rb)
-                self._items[name] = _view(raw, (cap,), np.dtype(f"V{e * sdt.itemsize}"), off, rb)
+                self._items[name] = _view(raw, (cap,), np.dtype(f"V{nbytes}"), off, rb)
             else:
                 self._plan[name] = (q, e, None)
             self._data[name] = arr
@@ -169,9 +216,18 @@ class StoreReplay(ReplayFront):
         #: storage of every column in declaration order, for one-row adds (None when a
         #: column is quantised: those go through the kernels)
         self._one_plan: tuple[np.ndarray, ...] | None = (
-            None if self._cols.quant else tuple(self._data[n] for n in self._cols.names)
+            None if self._cols.quant or not self._streams.plain
+            else tuple(self._data[n] for n in self._cols.names)
         )
+        #: (capacity,) bool views of done / truncated (a zero-stride False view if absent)
+        false = np.broadcast_to(np.zeros(1, dtype=np.bool_), (cap,))
+        self._done_v = self._data["done"] if "done" in self._end_names else false
+        self._trunc_v = self._data["truncated"] if "truncated" in self._end_names else false
+        self._end_views = tuple(self._data[c] for c in self._end_names)
         self._into: dict[int, IndexBatch] = {}  # batch size -> the batch sample_into refills
+        #: n-step table: contiguous copies of ``reward``, ``done``, ``truncated`` (None until
+        #: the first n-step draw; then kept in step with every write, dropped on load)
+        self._nsc: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
     # ------------------------------------------------------------------ properties
     @property
@@ -236,12 +292,16 @@ class StoreReplay(ReplayFront):
             one = self._cols.single_row(rows)
             if one is not None:
                 return self._add_one(plan, one)
+        if not self._streams.plain:
+            return super().add(**rows)
         arrays, n = self._cols.check_rows(rows)
         return self._add_rows(arrays, n)
 
     def _write_ring(self, arrays: dict[str, Any], n: int, cursor: int) -> None:
         r = self._r
         self._put(arrays, self._d, r, cursor)
+        if self._nsc is not None:
+            self._nstep_written(self._d, r, cursor, n)
         if self._per is not None:
             slots = np.empty(min(n, r), dtype=np.int64)
             _rk.ring_slots_cpu(self._d, r, cursor, n, slots)
@@ -249,6 +309,8 @@ class StoreReplay(ReplayFront):
 
     def _write_demos(self, arrays: dict[str, Any], n: int) -> None:
         self._put(arrays, self._n_demo, n, 0)
+        if self._nsc is not None:
+            self._nstep_written(self._n_demo, n, 0, n)
         if self._per is not None:
             self._per.note_added(np.arange(self._n_demo, self._n_demo + n, dtype=np.int64))
 
@@ -260,11 +322,15 @@ class StoreReplay(ReplayFront):
         """
         cur = self._cursor
         pos = self._d + cur
+        r = self._r
+        if self._size == r and self._end_views:  # the overwritten row's end flag
+            self._cut_first[1] = any(a[pos] for a in self._end_views)
         for dst, v in zip(plan, values):
             dst[pos] = v
+        if self._nsc is not None:
+            self._nstep_refresh(pos, pos + 1)
         if self._per is not None:
             self._per.note_added(np.array([pos], dtype=np.int64))
-        r = self._r
         self._cursor = cur + 1 if cur + 1 < r else 0
         if self._size < r:
             self._size += 1
@@ -333,7 +399,8 @@ class StoreReplay(ReplayFront):
                                   window_start_py(self._cursor, c, self._r), part)
 
     def _gather_buffers(self, b: int) -> tuple[Any, ...]:
-        """Records scratch (b, row words) and each column's view of it, reused per size."""
+        """Records scratch (b, row words) and each narrow column's view of it, reused per
+        size."""
         w = self._gather_work.get(b)
         if w is None:
             if len(self._gather_work) >= 4:
@@ -341,7 +408,7 @@ class StoreReplay(ReplayFront):
             recs = np.empty((b, self._row_bytes // 8), dtype=np.uint64)
             raw = recs.view(np.uint8)
             cols = {}
-            for name in self._cols.names:
+            for name in self._narrow:
                 q, e, wdt = self._plan[name]
                 off = self._layout[1][name][0]
                 if q is None:
@@ -357,10 +424,23 @@ class StoreReplay(ReplayFront):
         b = idx.shape[0]
         if b == 0:
             return
+        for name in self._wide:  # stored apart: straight from the column into the output
+            out = outputs.get(name)
+            if out is None:
+                continue
+            q, e, wdt = self._plan[name]
+            if q is None:
+                _rk.gather_wide_rows_cpu(self._words[name], idx, out.reshape(b, e).view(wdt))
+            else:
+                _qk.gather_dequantize_cpu(self._rows2d[name], idx, q.low, q.step,
+                                          out.reshape(b, e))
+        if not self._narrow:
+            return
         if b > _RECORD_GATHER_MAX:  # e.g. rows() of the whole buffer: column by column
-            for name, out in outputs.items():
+            for name in self._narrow:
+                out = outputs.get(name)
                 q, e, wdt = self._plan[name]
-                if not e:
+                if out is None or not e:
                     continue
                 if q is None:
                     _rk.gather_rows_cpu(self._words[name], idx, out.reshape(b, e).view(wdt))
@@ -370,40 +450,288 @@ class StoreReplay(ReplayFront):
             return
         recs, cols, ident = self._gather_buffers(b)
         _rk.gather_rows_cpu(self._rec, idx, recs)  # whole records: the scattered reads
-        for name, out in outputs.items():  # then each column out of them, from cache
-            q, e, wdt = self._plan[name]
-            if not e:
-                continue
-            if q is None:
-                _rk.copy_rows_cpu(cols[name], out.reshape(b, e).view(wdt))
-            else:
-                _qk.gather_dequantize_cpu(cols[name], ident, q.low, q.step, out.reshape(b, e))
+        self._copy_out(cols, self._narrow, outputs, b, ident)  # then the columns, from cache
 
     def _new_outputs(self, b: int) -> dict[str, np.ndarray]:
-        return {
-            n: np.empty((b, *s.shape), dtype=self._cols.sample_dtype(n))
-            for n, s in self._cols.specs.items()
-        }
+        return block_outputs({n: (self._cols.sample_dtype(n), (b, *s.shape))
+                              for n, s in self._cols.specs.items()})
 
     def _check_output(self, name: str, out: Any, dtype: np.dtype,
-                      shape: tuple[int, ...]) -> None:
-        if not isinstance(out, np.ndarray) or out.dtype != dtype or out.shape != shape:
+                      shape: tuple[int, ...]) -> np.ndarray:
+        if type(out) is not np.ndarray:  # a torch CPU tensor or DLPack exporter: its view
+            out = host_buffer(out, f"sample_into: outputs[{name!r}]")
+        if out.dtype != dtype or out.shape != shape:
             got = f"{out.dtype} {out.shape}" if isinstance(out, np.ndarray) else type(out).__name__
             raise SchemaError(
                 f"sample_into: outputs[{name!r}] is {got}, expected {dtype.name} {shape}"
             )
         if not out.flags.c_contiguous or not out.flags.writeable:
             raise SchemaError(f"sample_into: outputs[{name!r}] must be C-contiguous, writeable")
+        return out
 
-    def update_priorities(self, batch: IndexBatch | Any, priorities: Any) -> int:
+    def update_priorities(self, batch: IndexBatch | Any, priorities: Any, *,
+                          eta: float = 0.9) -> int:
         """Feed new priorities back for a sampled batch (e.g. ``|TD error|``).
 
         Rows overwritten since they were sampled (stale generation stamp) are skipped.
-        Returns how many were skipped.  Only for ``prioritized=True``.
+        Returns how many were skipped.  Only for ``prioritized=True``.  For a window batch
+        of :meth:`sample_sequences`, ``priorities`` is the ``(B, T)`` TD error and each
+        window's start gets ``eta * max|td| + (1 - eta) * mean|td|`` (R2D2, ``eta`` 0.9).
         """
         self._need_prioritized()
         assert self._per is not None
+        priorities = as_host_values(priorities)  # a torch tensor: detached, on the host
+        if isinstance(batch, IndexBatch) and np.ndim(batch.indices) == 2:
+            return self._update_windows(batch, priorities, eta)
         return int(self._per.update_priorities(batch, priorities))
+
+    def _update_windows(self, batch: IndexBatch, td: Any, eta: float) -> int:
+        """R2D2: each window's start gets ``eta * max|td| + (1 - eta) * mean|td|``."""
+        assert self._per is not None
+        eta = check_real("eta", eta, 0.0, False)
+        if eta > 1:
+            raise SamplerError(f"eta must be in [0, 1], got {eta!r}")
+        a = np.asarray(td)
+        shape = tuple(batch.indices.shape)
+        if a.shape != shape or a.dtype.kind not in "fiu":
+            raise SamplerError(
+                f"update_priorities: a window batch of shape {shape} needs td of shape "
+                f"{shape} (one TD error per step), got {a.dtype} {a.shape}; nothing was updated"
+            )
+        a = np.abs(a.astype(np.float64))
+        p = eta * a.max(axis=1) + (1.0 - eta) * a.mean(axis=1)
+        return int(self._per.update_priorities(np.ascontiguousarray(batch.indices[:, 0]), p,
+                                               batch.stamps))
+
+    # ------------------------------------------------------------------ n-step table
+    def _nstep_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``reward``, ``done``, ``truncated`` as views of the n-step table: one 8-byte row
+        per physical row (``reward`` float32 or, for a wider reward dtype, float64, then the
+        two flags), built from the stored rows at the first n-step draw and kept in step by
+        every write from then on (dropped on load and rebuilt).
+
+        Measured (``bench/test_replay.py``, 168-byte records at 10^6 rows, one run, load
+        3-4): the walk over the records reads two more scattered records per lane; over the
+        table (8 MB, the whole window of a lane in one cache line) with a touch loop per 64
+        lanes, n-step ``sample(4096)`` went from 600 to 465 us; two plain record gathers
+        (the reads at ``t`` and ``t + m - 1`` without any walk) take 405 us.  The walk is
+        the same kernel over values converted exactly, so the results are the same.
+        """
+        nsc = self._nsc
+        if nsc is None:
+            cap = self._capacity
+            src = self._data["reward"]
+            wide = src.dtype.itemsize > 4 or src.dtype.kind in "iu" and src.dtype.itemsize > 2
+            rdt = np.dtype(np.float64 if wide else np.float32)
+            row = 2 * rdt.itemsize
+            raw = np.zeros((cap, row), dtype=np.uint8)
+            rew = _view(raw, (cap,), rdt, 0, row)
+            rew[:] = src
+            flags = []
+            for k, c in enumerate(("done", "truncated")):
+                if c in self._end_names:
+                    f = _view(raw, (cap,), np.dtype(np.bool_), rdt.itemsize + k, row)
+                    f[:] = self._data[c]
+                else:
+                    f = np.broadcast_to(np.zeros(1, dtype=np.bool_), (cap,))
+                flags.append(f)
+            nsc = self._nsc = (rew, flags[0], flags[1])
+        return nsc
+
+    def _nstep_refresh(self, lo: int, hi: int) -> None:
+        """Copy physical rows ``[lo, hi)`` of the stored columns into the n-step table."""
+        assert self._nsc is not None
+        rew, done, trunc = self._nsc
+        rew[lo:hi] = self._data["reward"][lo:hi]
+        if done.strides[0]:
+            done[lo:hi] = self._done_v[lo:hi]
+        if trunc.strides[0]:
+            trunc[lo:hi] = self._trunc_v[lo:hi]
+
+    def _nstep_written(self, base: int, cap: int, cur: int, n: int) -> None:
+        """The n-step table after ``_put(arrays, base, cap, cur)`` of ``n`` rows."""
+        skip = _rk.ring_skip_py(n, cap)
+        pos = _rk.ring_slot_py(cur, skip, cap)
+        first = min(n - skip, cap - pos)
+        self._nstep_refresh(base + pos, base + pos + first)
+        if skip + first < n:
+            self._nstep_refresh(base, base + n - skip - first)
+
+    # ------------------------------------------------------------------ streams
+    def _end_flags(self, phys: np.ndarray) -> np.ndarray:
+        f = np.zeros(phys.shape[0], dtype=np.bool_)
+        for a in self._end_views:
+            f |= a[phys].astype(np.bool_)
+        return f
+
+    def _end_flag_at(self, p: int) -> bool:
+        return any(bool(a[p]) for a in self._end_views)
+
+    def _geom(self) -> tuple[int, int, int, int, int, int]:
+        """(ring base, n_demo, ring capacity, n_envs, oldest slot, size) for the kernels."""
+        return (self._d, self._n_demo, self._r, self._streams.n_envs, self._oldest_slot(),
+                self._size)
+
+    def _gather_next(self, target: str, rows: np.ndarray, out: np.ndarray) -> None:
+        """``next_of`` target at physical ``rows`` (B,) into ``out`` ``(B, [depth,] *shape)``:
+        the source's next row of the same stream, or the side table's entry."""
+        src = self._streams.next_of[target]
+        depth = self._streams.frame_stack.get(src)
+        b = rows.shape[0]
+        g = self._geom()
+        nxt = np.empty(b, dtype=np.int64)
+        _sk.next_rows_cpu(rows, *g, nxt)
+        side = self._side
+        slots = side.slot[rows] if side is not None else np.full(b, -1, np.int64)
+        kept = slots >= 0
+        if depth is None:
+            self._gather(nxt, {src: out}, b)
+            if kept.any():
+                out[kept] = side.pool[target][slots[kept]]  # type: ignore[union-attr]
+            return
+        st = np.empty((b, depth), dtype=np.int64)
+        _sk.stack_rows_cpu(rows, depth, self._done_v, self._trunc_v, *g, st)
+        st[:, :-1] = st[:, 1:]
+        st[:, -1] = nxt
+        flat = out.reshape(b * depth, *out.shape[2:])
+        self._gather(st.reshape(-1), {src: flat}, b * depth)
+        if kept.any():
+            out[kept, depth - 1] = side.pool[target][slots[kept]]  # type: ignore[union-attr]
+
+    def _gather_cols(self, rows: np.ndarray, outputs: Mapping[str, np.ndarray],
+                     names: Iterable[str]) -> None:
+        """Declared columns ``names`` at physical ``rows`` (B,), frame stacks built."""
+        fs = self._streams.frame_stack
+        b = rows.shape[0]
+        flat = {n: outputs[n] for n in names if n not in fs}
+        if flat:
+            self._gather(rows, flat, b)
+        g = self._geom()
+        for n in names:
+            depth = fs.get(n)
+            if depth is None:
+                continue
+            st = np.empty((b, depth), dtype=np.int64)
+            _sk.stack_rows_cpu(rows, depth, self._done_v, self._trunc_v, *g, st)
+            out = outputs[n]
+            self._gather(st.reshape(-1), {n: out.reshape(b * depth, *out.shape[2:])},
+                         b * depth)
+
+    def _gather_ext(self, idx: np.ndarray, outputs: Mapping[str, np.ndarray], b: int,
+                    ns: tuple[int, float] | None) -> None:
+        names = self._cols.names
+        at_last = [n for n in names if ns is not None and n.startswith("next_")
+                   and n[5:] in self._cols.specs]
+        last = idx
+        if ns is not None:
+            # the walk first, over the n-step table (8 bytes a row: a lane's window is one
+            # cache line), then the records at t and the next_* columns at t + m - 1
+            last = np.empty(b, dtype=np.int64)
+            _sk.nstep_cpu(idx, ns[0], ns[1], *self._nstep_arrays(), *self._geom(),
+                          outputs["return"], outputs["discount"], last)
+        self._gather_cols(idx, outputs, [n for n in names if n not in at_last])
+        fs = self._streams.frame_stack
+        for n in at_last:
+            q, e, wdt = self._plan[n]
+            if n in self._narrow and n not in fs and q is None and e:
+                # one column of the records at t + m - 1: its own lines, not the record's
+                _rk.gather_rows_cpu(self._words[n], last, outputs[n].reshape(b, e).view(wdt))
+            else:
+                self._gather_cols(last, outputs, [n])
+        for t in self._streams.next_of:
+            self._gather_next(t, last, outputs[t])
+
+    def _copy_out(self, cols: Mapping[str, np.ndarray], names: Iterable[str],
+                  outputs: Mapping[str, np.ndarray], b: int, ident: np.ndarray) -> None:
+        """Columns ``names`` from their views ``cols`` of a gathered scratch to ``outputs``."""
+        for name in names:
+            out = outputs.get(name)
+            q, e, wdt = self._plan[name]
+            if out is None or not e:
+                continue
+            if q is None:
+                _rk.copy_rows_cpu(cols[name], out.reshape(b, e).view(wdt))
+            else:
+                _qk.gather_dequantize_cpu(cols[name], ident, q.low, q.step, out.reshape(b, e))
+
+    def _sequence_starts(self, b: int, t: int, within: bool, batch: IndexBatch) -> None:
+        """Window starts (physical) into ``batch.indices[:, 0]`` (weights, stamps)."""
+        e = self._streams.n_envs
+        nd, size, o = self._n_demo, self._size, self._oldest_slot()
+        starts = np.empty(b, dtype=np.int64)
+        if self._per is not None:
+            if within:
+                self._per.sample_into(starts, batch.weights, batch.stamps)
+            else:
+                c = size - (t - 1) * e
+                if c <= 0:
+                    raise SamplerError(
+                        f"sample_sequences: no online window of T={t} (prioritized spanning "
+                        f"windows are drawn from online rows only, {size // e} per env)"
+                    )
+                lo0, hi0 = self._d + o, self._d + min(o + c, self._r)
+                lo1, hi1 = self._d, self._d + max(0, o + c - self._r)
+                self._per.sample_ranges_into(starts, batch.weights, batch.stamps,
+                                             lo0, hi0, lo1, hi1)
+        else:
+            uni = self._uni
+            assert uni is not None
+            if uni.n_rows != nd + size:
+                uni.n_rows = nd + size
+            if within:
+                cd, c = nd, size
+            else:
+                cd, c = max(0, nd - t + 1), max(0, size - (t - 1) * e)
+            uni.sample_range_into(starts, 0, cd + c)
+            _sk.logical_to_physical_cpu(starts, cd, self._d, self._r, o, starts)
+        batch.indices[:, 0] = starts
+
+    def _sample_sequences(self, b: int, t: int,
+                          within: bool) -> tuple[dict[str, Any], IndexBatch]:
+        rows = np.empty((b, t), dtype=np.int64)
+        first = np.empty((b, t), dtype=np.bool_)
+        pad = np.empty((b, t), dtype=np.bool_)
+        if self._per is not None:
+            batch = IndexBatch(rows, weights=np.empty(b, np.float32),
+                               stamps=np.empty(b, np.int64), is_first=first)
+        else:
+            batch = IndexBatch(rows, is_first=first)
+        self._sequence_starts(b, t, within, batch)
+        starts = rows[:, 0].copy()
+        self._cut_first[0] = True
+        _sk.window_rows_cpu(starts, t, within, self._done_v, self._trunc_v, *self._geom(),
+                            self._cut_first, rows, first, pad)
+        flat = rows.reshape(-1)
+        n = b * t
+        out: dict[str, Any] = {}
+        for name, spec in self._cols.specs.items():
+            out[name] = np.empty((b, t, *spec.shape), dtype=self._cols.sample_dtype(name))
+        self._gather(flat, {k: v.reshape(n, *v.shape[2:]) for k, v in out.items()}, n)
+        for tgt, src in self._streams.next_of.items():
+            spec = self._cols.specs[src]
+            a = np.empty((b, t, *spec.shape), dtype=spec.dtype)
+            self._gather_next_flat(tgt, flat, a.reshape(n, *spec.shape))
+            out[tgt] = a
+        out["is_first"] = first
+        if within:
+            for name in list(out):
+                if name != "is_first":
+                    out[f"{name}_is_pad"] = pad.copy()
+        return out, batch
+
+    def _gather_next_flat(self, target: str, rows: np.ndarray, out: np.ndarray) -> None:
+        """``next_of`` target (unstacked) at physical ``rows`` (n,) into ``out`` (n, *shape)."""
+        src = self._streams.next_of[target]
+        n = rows.shape[0]
+        nxt = np.empty(n, dtype=np.int64)
+        _sk.next_rows_cpu(rows, *self._geom(), nxt)
+        self._gather(nxt, {src: out}, n)
+        side = self._side
+        if side is not None:
+            slots = side.slot[rows]
+            kept = slots >= 0
+            if kept.any():
+                out[kept] = side.pool[target][slots[kept]]
 
     # ------------------------------------------------------------------ reading back
     def time_order(self) -> np.ndarray:
@@ -422,7 +750,12 @@ class StoreReplay(ReplayFront):
             n: np.empty((idx.shape[0], *s.shape), dtype=self._cols.sample_dtype(n))
             for n, s in self._cols.specs.items()
         }
-        self._gather(np.ascontiguousarray(idx), out, idx.shape[0])
+        idx = np.ascontiguousarray(idx)
+        self._gather(idx, out, idx.shape[0])
+        for t, src in self._streams.next_of.items():
+            spec = self._cols.specs[src]
+            out[t] = np.empty((idx.shape[0], *spec.shape), dtype=spec.dtype)
+            self._gather_next_flat(t, idx, out[t])
         return out
 
     # ------------------------------------------------------------------ checkpoints
@@ -450,6 +783,7 @@ class StoreReplay(ReplayFront):
 
     def _load_rows(self, name: str, demo: np.ndarray, ring_rows: np.ndarray,
                    ring: ck.RingState) -> None:
+        self._nsc = None  # rebuilt from the loaded rows at the next n-step draw
         for lo, rows in ((0, demo), (self._d, ring_rows)):
             dest = self._data[name][lo : lo + rows.shape[0]]
             if not np.may_share_memory(dest, rows):

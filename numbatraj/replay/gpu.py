@@ -53,6 +53,9 @@ class StoreReplayGpu(ReplayFront):
     """
 
     _KIND = "StoreReplayGpu"
+    #: streams, n-step targets and uniform sequences run on the device; next_of, frame
+    #: stacks and prioritized sequences are refused with an error naming them
+    _OPTIONS = frozenset({"n_envs", "n_step", "sequences"})
 
     def __init__(
         self,
@@ -67,15 +70,20 @@ class StoreReplayGpu(ReplayFront):
         quantize: Mapping[str, tuple[float, float]] | None = None,
         demo_capacity: int = 0,
         demo_fraction: float | None = None,
+        n_envs: int = 1,
+        next_of: Mapping[str, str] | None = None,
+        frame_stack: Mapping[str, int] | None = None,
     ) -> None:
         cuda = get_cuda()
-        from numbatraj.replay import _ring_cuda, _sumtree_cuda
+        from numbatraj.replay import _ring_cuda, _stream_cuda, _sumtree_cuda
 
         self._cuda, self._rc, self._sc = cuda, _ring_cuda, _sumtree_cuda
+        self._stc = _stream_cuda
         super().__init__(
             columns, capacity, prioritized=prioritized, seed=seed, alpha=alpha, beta=beta,
             eps=eps, quantize=quantize, demo_capacity=demo_capacity,
-            demo_fraction=demo_fraction,
+            demo_fraction=demo_fraction, n_envs=n_envs, next_of=next_of,
+            frame_stack=frame_stack,
         )
         cap = self._capacity
         self._k0, self._k1 = np.uint64(self._seed & _U32), np.uint64(self._seed >> 32)
@@ -87,6 +95,8 @@ class StoreReplayGpu(ReplayFront):
         self._istate = cuda.to_device(np.zeros(_lanes.N_STATE, np.int64))
         self._fstate = cuda.to_device(np.array([1.0, self._beta], np.float64))
         self._bufs: dict[int, tuple[Any, ...]] = {}
+        self._last: dict[int, Any] = {}  # batch size -> n-step last rows (device int64)
+        self._false: Any = None  # (capacity,) device False, for an absent done / truncated
         if self._prioritized:
             p = 1
             while p < cap:
@@ -232,7 +242,9 @@ class StoreReplayGpu(ReplayFront):
             )
         rc._next_draw_cuda[1, 1](self._istate)
 
-    def _check_output(self, name: str, o: Any, dt: np.dtype, shape: tuple[int, ...]) -> None:
+    def _check_output(self, name: str, o: Any, dt: np.dtype, shape: tuple[int, ...]) -> Any:
+        if not is_device_array(o) and hasattr(o, "__cuda_array_interface__"):
+            o = get_cuda().as_cuda_array(o)  # a torch CUDA tensor, CuPy...: a zero-copy view
         if not is_device_array(o):
             raise SchemaError(
                 f"sample_into: outputs[{name!r}] must be a device array, got "
@@ -243,6 +255,7 @@ class StoreReplayGpu(ReplayFront):
                 f"sample_into: outputs[{name!r}] is {np.dtype(o.dtype).name} "
                 f"{tuple(o.shape)}, expected a C-contiguous {dt.name} {shape}"
             )
+        return o
 
     def _gather(self, idx: Any, outputs: Mapping[str, Any], b: int) -> None:
         rc = self._rc
@@ -318,6 +331,101 @@ class StoreReplayGpu(ReplayFront):
         self._istate[_lanes.SKIPPED : _lanes.SKIPPED + 1].copy_to_device(np.zeros(1, np.int64))
         return skipped
 
+    # ------------------------------------------------------------------ streams
+    def _flag_column(self, name: str) -> Any:
+        """Device bool ``(capacity,)`` view of ``done`` / ``truncated`` (all False if absent)."""
+        if name in self._end_names:
+            return self._data[name][:, 0]
+        if self._false is None:
+            self._false = self._cuda.to_device(np.zeros(self._capacity, np.bool_))
+        return self._false
+
+    def _end_flags(self, phys: np.ndarray) -> np.ndarray:
+        """``done | truncated`` of held rows ``phys`` (a gather launch and a copy back)."""
+        rc = self._rc
+        f = np.zeros(phys.shape[0], dtype=np.bool_)
+        if not phys.size:
+            return f
+        d_rows = self._cuda.to_device(np.ascontiguousarray(phys, dtype=np.int64))
+        out = self._cuda.device_array((phys.shape[0], 1), np.bool_)
+        for c in self._end_names:
+            rc._gather_cuda[rc.blocks(phys.shape[0]), rc.THREADS_PER_BLOCK](
+                self._data[c], d_rows, out)
+            f |= out.copy_to_host()[:, 0]
+        return f
+
+    def _end_flag_at(self, p: int) -> bool:
+        """``done | truncated`` of held row ``p`` (one byte per flag copied back: the cut
+        flag of a full one-stream ring costs a small device read per add)."""
+        return any(bool(self._data[c][p : p + 1].copy_to_host()[0, 0]) for c in self._end_names)
+
+    def _ends_of(self, arrays: Mapping[str, Any], sel: np.ndarray, n: int) -> np.ndarray:
+        f = np.zeros(sel.shape[0], dtype=np.bool_)
+        for c in self._end_names:
+            a = arrays[c]
+            h = a.copy_to_host() if is_device_array(a) else np.asarray(a)
+            f |= h.reshape(n)[sel].astype(np.bool_)
+        return f
+
+    def _new_outputs_ext(self, b: int, ns: tuple[int, float] | None) -> dict[str, Any]:
+        return {n: self._cuda.device_array((b, *shp), dt)
+                for n, (dt, shp) in self._out_specs(ns).items()}
+
+    def _gather_ext(self, idx: Any, outputs: Mapping[str, Any], b: int,
+                    ns: tuple[int, float] | None) -> None:
+        """Columns at the drawn rows; with n-step the targets (``_nstep_cuda``, geometry
+        from the device state) and every ``next_<x>`` column at row ``t + m - 1``.
+        Launches only, into a per-batch-size buffer: CUDA-graph-safe like the plain draw."""
+        names = self._cols.names
+        at_last = [n for n in names if ns is not None and n.startswith("next_")
+                   and n[5:] in self._cols.specs]
+        self._gather(idx, {n: outputs[n] for n in names if n not in at_last}, b)
+        if ns is None:
+            return
+        last = self._last.get(b)
+        if last is None:
+            last = self._last[b] = self._cuda.device_array(b, np.int64)
+        rc = self._rc
+        self._stc._nstep_cuda[rc.blocks(b), rc.THREADS_PER_BLOCK](
+            self._istate, idx, ns[0], ns[1], self._data["reward"][:, 0],
+            self._flag_column("done"), self._flag_column("truncated"), self._d, self._r,
+            self._streams.n_envs, outputs["return"], outputs["discount"], last)
+        if at_last:
+            self._gather(last, {n: outputs[n] for n in at_last}, b)
+
+    def _sample_sequences(self, b: int, t: int,
+                          within: bool) -> tuple[dict[str, Any], IndexBatch]:
+        """Uniform windows: starts from the Philox stream (``sequence_start_py``), then
+        each lane's window (``window_row_py``), then one gather of every column."""
+        cuda, rc, stc = self._cuda, self._rc, self._stc
+        e = self._streams.n_envs
+        g, tpb = rc.blocks(b), rc.THREADS_PER_BLOCK
+        starts = cuda.device_array(b, np.int64)
+        stc._sequence_starts_cuda[g, tpb](self._istate, self._k0, self._k1, t, within, self._d,
+                                          self._r, e, starts)
+        rc._next_draw_cuda[1, 1](self._istate)
+        rows = cuda.device_array((b, t), np.int64)
+        first = cuda.device_array((b, t), np.bool_)
+        pad = cuda.device_array((b, t), np.bool_)
+        self._cut_first[0] = True
+        stc._window_rows_cuda[g, tpb](
+            self._istate, starts, t, within, self._flag_column("done"),
+            self._flag_column("truncated"), self._d, self._r, e,
+            cuda.to_device(self._cut_first), rows, first, pad)
+        n = b * t
+        out: dict[str, Any] = {}
+        for name, spec in self._cols.specs.items():
+            out[name] = cuda.device_array((b, t, *spec.shape), self._cols.sample_dtype(name))
+        self._gather(rows.reshape(n), {k: v.reshape(n, *v.shape[2:]) for k, v in out.items()}, n)
+        out["is_first"] = first
+        if within:
+            for name in list(out):
+                if name != "is_first":
+                    p = cuda.device_array((b, t), np.bool_)
+                    p.copy_to_device(pad)
+                    out[f"{name}_is_pad"] = p
+        return out, IndexBatch(rows, is_first=first)
+
     # ------------------------------------------------------------------ checkpoints
     def _saved_rows(self) -> Iterator[tuple[str, np.ndarray, np.ndarray]]:
         d, nd, size = self._d, self._n_demo, self._size
@@ -391,8 +499,9 @@ class StoreReplayGpu(ReplayFront):
         """A uniform :class:`StoreReplay` holding the same rows and ring state (synchronises)."""
         host = StoreReplay(self._cols.specs.values(), self._capacity, seed=self._seed,
                            quantize={n: (q.low, q.high) for n, q in self._cols.quant.items()},
-                           demo_capacity=self._d)
+                           demo_capacity=self._d, n_envs=self._streams.n_envs)
         for name in self._cols.names:
             host._data[name][...] = self.storage(name)
         host._set_ring_state(self._ring_state())
+        host._set_cut_first(self._cut_first)
         return host

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from numbatraj._checks import (
+    as_host_values,
     check_count,
     check_real,
     check_seed,
@@ -208,7 +209,7 @@ class PrioritizedSampler:
                 stamps = indices.stamps
             indices = indices.indices
         rows = check_rows("indices", indices, self._capacity)
-        pr = check_values("priorities", priorities, rows.shape[0])
+        pr = check_values("priorities", as_host_values(priorities), rows.shape[0])
         # once every row has been added (a full buffer: the steady state) none can be absent,
         # and the scattered reads of ``present`` are skipped
         full = self._n_present == self._capacity

@@ -11,21 +11,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import numba
 import numpy as np
 
-from numbatraj._jit import CONCURRENT_PARALLEL_OK, PARALLEL_LOCK
+from numbatraj._jit import parallel_region, parallel_threads
 from numbatraj.data.resident import word_dtype
 from numbatraj.data.store import TrajectoryStore
 from numbatraj.errors import RowIndexError
 from numbatraj.training import _batch_kernels as K
 from numbatraj.training.fields import Field
 
-__all__ = ["SERIAL_MAX_BYTES", "WindowGather"]
-
-#: Outputs up to this many bytes are gathered serially (a parallel region's fork/join costs
-#: more below it; the same threshold as ResidentColumn, measured in docs/residency.md).
-SERIAL_MAX_BYTES = 4 << 10
+__all__ = ["WindowGather"]
 
 _ZERO = np.zeros(1, np.int64)
 
@@ -39,12 +34,12 @@ def _words2d(a: np.ndarray, n: int, row_shape: tuple[int, ...]) -> np.ndarray:
 
 
 def _run(serial: Any, parallel: Any, nbytes: int, *args: Any) -> None:
-    if nbytes <= SERIAL_MAX_BYTES or numba.get_num_threads() == 1:
+    # when to go parallel is numbatraj's one policy (numbatraj.set_num_threads): serial by
+    # default, parallel only for large batches once the user says the cores are free
+    if parallel_threads(nbytes) == 1:
         serial(*args)
-    elif CONCURRENT_PARALLEL_OK:
-        parallel(*args)
     else:
-        with PARALLEL_LOCK:
+        with parallel_region():
             parallel(*args)
 
 

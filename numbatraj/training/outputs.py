@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from numbatraj._checks import host_buffer
 from numbatraj.errors import DeviceUnavailableError, SchemaError
 
 __all__ = ["OUTPUTS", "as_host_out", "convert", "import_torch"]
@@ -40,43 +41,14 @@ def _import_jax() -> Any:
     return jax
 
 
-def _is_torch(obj: Any) -> bool:
-    return type(obj).__module__.startswith("torch") and hasattr(obj, "data_ptr")
-
-
 def as_host_out(obj: Any, shape: tuple[int, ...], dtype: np.dtype, what: str) -> np.ndarray:
     """The numpy view a host gather writes through, after checking ``obj``.
 
-    ``obj`` is a numpy array, a torch CPU tensor or a DLPack exporter.  Raises
-    :class:`SchemaError` naming ``what`` when its dtype, shape, device, layout or
-    writability is wrong.
+    ``obj`` is a numpy array, a torch CPU tensor or a DLPack exporter
+    (:func:`numbatraj._checks.host_buffer`).  Raises :class:`SchemaError` naming ``what``
+    when its dtype, shape, device, layout or writability is wrong.
     """
-    if _is_torch(obj):
-        if obj.device.type != "cpu":
-            raise SchemaError(f"{what} is a torch tensor on {obj.device}, expected a CPU tensor "
-                              f"(use device='cuda' for device outputs)")
-        if obj.requires_grad:
-            raise SchemaError(f"{what} requires grad; pass a tensor with requires_grad=False")
-        if not obj.is_contiguous():
-            raise SchemaError(f"{what} must be a contiguous tensor")
-        if obj.is_conj() or obj.is_neg():
-            raise SchemaError(f"{what} has a lazy conj/neg bit; resolve it first")
-        try:
-            arr = obj.numpy()
-        except (TypeError, RuntimeError) as exc:
-            raise SchemaError(f"{what}: torch dtype {obj.dtype} has no numpy view "
-                              f"(expected {dtype.name})") from exc
-    elif isinstance(obj, np.ndarray):
-        arr = obj
-    elif hasattr(obj, "__dlpack__"):
-        try:
-            arr = np.from_dlpack(obj)
-        except (BufferError, TypeError, RuntimeError) as exc:
-            raise SchemaError(f"{what}: its DLPack export is not host memory numpy can write "
-                              f"({exc})") from exc
-    else:
-        raise SchemaError(f"{what} must be a numpy array, a torch CPU tensor or a DLPack "
-                          f"exporter, got {type(obj).__name__}")
+    arr = host_buffer(obj, what)
     if arr.dtype != dtype or tuple(arr.shape) != tuple(shape):
         raise SchemaError(f"{what} is {arr.dtype.name} {tuple(arr.shape)}, expected "
                           f"{dtype.name} {tuple(shape)}")

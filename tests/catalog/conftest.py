@@ -78,3 +78,17 @@ def catalog(tmp_path: Path) -> Iterator[Catalog]:
 def store(tmp_path: Path, rng: np.random.Generator) -> tuple[Path, dict[str, np.ndarray]]:
     path = tmp_path / "walker.h5"
     return path, write_store(path, rng)
+
+
+@pytest.fixture
+def pg_catalog(tmp_path: Path) -> Iterator[Catalog]:
+    """A catalog on the PostgreSQL server of ``NUMBATRAJ_TEST_POSTGRES_URL``, in a schema of
+    its own (skipped without one, except under CI, where it fails)."""
+    from tests.catalog.pg import pg_schema_url
+
+    with pg_schema_url() as url:
+        svc = CatalogService(url, f"file://{tmp_path}/objects").start()
+        try:
+            yield Catalog(svc, svc.db.add_key("read"), svc.db.add_key("write"))
+        finally:
+            svc.stop()

@@ -53,7 +53,7 @@ def test_transaction_commits_or_rolls_back_whole(tmp_path: Path) -> None:
         with db.transaction() as tx:
             t = threading.Thread(target=lambda: seen.append(len(db.list_rows())))
             t.start()
-            tx.execute("DELETE FROM datasets")
+            tx.execute("DELETE FROM artifacts")  # the datasets table of schema v1
             db_rows_before = seen[:]
         t.join()
         assert db_rows_before == [] and seen == [0]

@@ -291,7 +291,7 @@ def _delete(f, key):
 
 
 def _version(f, st):
-    f.attrs["numbatraj_replay"] = 2
+    f.attrs["numbatraj_replay"] = 99
 
 
 def _bad_json(f, st):
@@ -310,7 +310,7 @@ def _max_priority(f, st):  # the device keeps it in its state, the host in the s
 CORRUPTIONS = {
     "not hdf5": (_corrupt_text, "IntegrityError", r"not a readable replay checkpoint"),
     "no format attr": (_corrupt_no_attr, "IntegrityError", r"not a replay checkpoint \(no"),
-    "format version": (_edit_attrs(_version), "IntegrityError", r"format version 2"),
+    "format version": (_edit_attrs(_version), "IntegrityError", r"format version 99"),
     "unreadable json": (_edit_attrs(_bad_json), "IntegrityError", r"unreadable config/state"),
     "missing state key": (_edit_attrs(lambda f, st: st.pop("n_added")), "IntegrityError",
                           r"unreadable ring state"),
@@ -400,3 +400,25 @@ def test_device_state_dict_resumes_the_streams(prioritized):
         a = gpu.sample_indices(8).indices.copy_to_host()
         b = back.sample_indices(8).indices.copy_to_host()
         np.testing.assert_array_equal(a, b)
+
+
+def test_stream_options_the_device_lacks_are_refused_with_a_clear_error():
+    # next_of and frame stacks are host-only so far (streams, n-step and sequences run on
+    # the device: tests/cuda/test_replay_gpu_streams.py); the device replay says so before
+    # anything is allocated or drawn
+    from numbatraj.replay import StoreReplayGpu
+
+    for kw, what in [(dict(next_of={"nx": "obs"}), "next_of"),
+                     (dict(frame_stack={"obs": 2}), "frame_stack"),
+                     (dict(n_envs=2, frame_stack={"obs": 2}), "frame_stack")]:
+        with pytest.raises(SchemaError, match=rf"StoreReplayGpu does not support {what} yet"):
+            StoreReplayGpu(sac_columns(), 8, **kw)
+    rep = StoreReplayGpu(sac_columns(), 8, prioritized=True)
+    rep.add(**rows(0, 5))
+    state = rep.state_array.copy_to_host()
+    with pytest.raises(SamplerError, match="prioritized replay .* not supported yet"):
+        rep.sample_sequences(2, 3)
+    np.testing.assert_array_equal(rep.state_array.copy_to_host(), state)  # nothing drawn
+    host = rep.to_host()  # the host replay does it on the same rows
+    seq, _ = host.sample_sequences(2, 3)
+    assert seq["obs"].shape == (2, 3, 3)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
+import numba
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -68,46 +70,95 @@ def test_gather_matches_reference_every_dtype_and_shape(rng, dtype, shape):
         assert same_bits(got, gather_rows_ref(data, idx)), name
 
 
+@pytest.fixture
+def force_parallel(monkeypatch):
+    """Every batch of a gather takes the parallel kernel (on every Numba thread)."""
+    import numbatraj._jit as J
+
+    monkeypatch.setattr(J, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(J, "_explicit", max(numba.get_num_threads(), 2))
+    calls = []
+    real = K.gather_rows_cpu
+    monkeypatch.setattr(K, "gather_rows_cpu", lambda *a: calls.append(a[-1]) or real(*a))
+    return calls
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.uint8, np.bool_, np.int16])
-def test_parallel_path_and_out_reuse(rng, dtype):
-    # Large enough to take the parallel kernel (more than SERIAL_MAX_BYTES per batch).
+def test_parallel_path_and_out_reuse(rng, dtype, force_parallel):
     shape = (3, 84, 84) if dtype == np.uint8 else (26,)
     data = make_column(rng, 600 if dtype == np.uint8 else 5000, shape, dtype)
     col = ResidentColumn(data)
     b = 64 if dtype == np.uint8 else 4096
     out = np.empty((b, *shape), dtype)
-    assert out.nbytes > R.SERIAL_MAX_BYTES
     for _ in range(3):
         idx = rng.integers(0, len(data), b)
         res = col.gather(idx, out=out)
         assert res is out
         assert same_bits(out, gather_rows_ref(data, idx))
+    if numba.get_num_threads() > 1:
+        assert force_parallel, "the parallel kernel did not run"
+
+
+# Rows of 1 word (plain loads), 2 words and many (memcpy), and counts around the prefetch
+# distance (16 to 128 rows ahead), with a base offset: every specialisation of the kernels.
+KERNEL_WIDTHS = [1, 2, 5, 13, 300]
+KERNEL_COUNTS = [0, 1, 2, 15, 16, 17, 127, 128, 129, 1000]
 
 
 @pytest.mark.parametrize("word", [np.uint64, np.uint32, np.uint16, np.uint8])
-@pytest.mark.parametrize("kernel", ["gather_rows_cpu", "gather_rows_serial_cpu"])
-def test_kernels_match_reference_with_a_base_offset(rng, word, kernel):
-    src = rng.integers(0, 2**16, (30, 5)).astype(word)
+@pytest.mark.parametrize("w", KERNEL_WIDTHS)
+def test_kernels_match_reference_with_a_base_offset(rng, word, w):
+    src = rng.integers(0, 2**16, (30, w)).astype(word)
     base = 100
-    idx = np.concatenate([[100, 129, 129, 100], rng.integers(100, 130, 40)]).astype(np.int64)
-    out = np.zeros((len(idx), 5), word)
-    getattr(K, kernel)(src, idx, base, out)
-    assert np.array_equal(out, gather_rows_ref(src, idx, base))
+    for n in KERNEL_COUNTS:
+        idx = np.concatenate([[100, 129, 129, 100], rng.integers(100, 130, n)])[:n]
+        idx = idx.astype(np.int64)
+        ref = gather_rows_ref(src, idx, base)
+        out = np.zeros((n, w), word)
+        K.gather_rows_serial_cpu(src, idx, base, out)
+        assert np.array_equal(out, ref), ("serial", n)
+        for parts in (0, 1, 2, 3, 7):  # 0 is clamped to one block
+            out = np.zeros((n, w), word)
+            K.gather_rows_cpu(src, idx, base, out, parts)
+            assert np.array_equal(out, ref), ("parallel", n, parts)
+        out = np.zeros((n, w), word)
+        assert K.checked_gather_cpu(src, idx, base, 100, 130, out) == -1
+        assert np.array_equal(out, ref), ("checked", n)
+
+
+@pytest.mark.parametrize("w", KERNEL_WIDTHS)
+def test_checked_kernel_writes_nothing_on_a_bad_index(rng, w):
+    src = rng.integers(0, 2**16, (30, w)).astype(np.uint64)
+    for n, pos in [(1, 0), (200, 0), (200, 199), (600, 256), (600, 300)]:
+        idx = rng.integers(0, 30, n).astype(np.int64)
+        idx[pos] = 30 if pos % 2 else -1
+        out = np.full((n, w), 7, np.uint64)
+        assert K.checked_gather_cpu(src, idx, 0, 0, 30, out) == first_outside_ref(idx, 0, 30)
+        assert np.all(out == 7)
+
+
+@pytest.mark.parametrize("row_bytes", [1, 8, 20, 104, 160, 2560, 21168])
+def test_prefetch_distance_stays_in_its_measured_range(row_bytes):
+    d = K.prefetch_distance(row_bytes)
+    assert 16 <= d <= 128
+    assert d == min(max(2560 // row_bytes, 16), 128)
 
 
 def test_one_numba_thread_takes_the_serial_kernel(rng, monkeypatch):
-    import numba
+    import numbatraj._jit as J
 
+    monkeypatch.setattr(J, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(J, "_explicit", 2)
     data = make_column(rng, 5000, (26,), np.float32)
     col = ResidentColumn(data)
     idx = rng.integers(0, 5000, 4096)
     calls = []
-    real = K.gather_rows_serial_cpu
-    monkeypatch.setattr(K, "gather_rows_serial_cpu", lambda *a: calls.append(1) or real(*a))
+    real = K.checked_gather_cpu
+    monkeypatch.setattr(K, "checked_gather_cpu", lambda *a: calls.append(1) or real(*a))
     before = numba.get_num_threads()
     if before > 1:
         col.gather(idx)
-        assert calls == []  # 416 KiB with several threads: the parallel kernel
+        assert calls == []  # several threads, set_num_threads(n > 1): the parallel kernel
     numba.set_num_threads(1)
     try:
         got = col.gather(idx)
@@ -153,9 +204,14 @@ def test_empty_batches(rng):
     [(0, -1), (255, 10), (256, 11), (257, -5), (999, 10**12), (500, np.iinfo(np.int64).min)],
 )
 @pytest.mark.parametrize("big", [False, True], ids=["serial", "parallel"])
-def test_out_of_range_names_first_position_and_writes_nothing(rng, bad_at, bad_value, big):
+def test_out_of_range_names_first_position_and_writes_nothing(rng, bad_at, bad_value, big,
+                                                              monkeypatch):
     shape = (26,) if big else ()
-    assert (1000 * 104 > R.SERIAL_MAX_BYTES) and (1000 * 4 <= R.SERIAL_MAX_BYTES)
+    if big:
+        import numbatraj._jit as J
+
+        monkeypatch.setattr(J, "PARALLEL_MIN_BYTES", 0)
+        monkeypatch.setattr(J, "_explicit", 2)
     col = ResidentColumn(make_column(rng, 10, shape, np.float32), "qpos")
     idx = rng.integers(0, 10, 1000)
     idx[bad_at] = bad_value
@@ -317,3 +373,72 @@ def test_device_request_without_a_device_raises_clearly():
     with pytest.raises(DeviceUnavailableError):
         col.gather_device(np.array([0]))
     assert not col.on_device
+
+
+def test_set_num_threads_policy(monkeypatch):
+    import numbatraj
+    import numbatraj._jit as J
+
+    top = numba.config.NUMBA_NUM_THREADS
+    for bad in (0, top + 1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match=r"expected an int in \[1, "):
+            numbatraj.set_num_threads(bad)
+    try:
+        numbatraj.set_num_threads(1)
+        assert numba.get_num_threads() == 1 and J.parallel_threads(1 << 40) == 1
+        numbatraj.set_num_threads(top)
+        assert J.parallel_threads(J.PARALLEL_MIN_BYTES - 1) == 1
+        assert J.parallel_threads(J.PARALLEL_MIN_BYTES) == top  # explicit: whatever the load
+        numbatraj.set_num_threads(None)
+        assert J._explicit is None and numba.get_num_threads() == top
+        assert J.parallel_threads(1 << 40) == 1  # the default: serial, whatever the size
+    finally:
+        numbatraj.set_num_threads(None)
+
+
+
+# ------------------------------------------------------------------ caller buffers: torch, DLPack
+def test_gather_writes_into_torch_and_dlpack_buffers(rng):
+    torch = pytest.importorskip("torch", reason="torch is not installed (numbatraj[torch])")
+    data = rng.standard_normal((100, 3)).astype(np.float32)
+    col = ResidentColumn(data)
+    idx = np.array([5, 0, 99, 5])
+    out = torch.zeros((4, 3), dtype=torch.float32)
+    res = col.gather(idx, out=out)
+    np.testing.assert_array_equal(out.numpy(), data[idx])  # written in place
+    assert res.ctypes.data == out.data_ptr()
+
+    class Exporter:  # any host DLPack exporter
+        def __init__(self, a):
+            self.a = a
+
+        def __dlpack__(self, **kw):
+            return self.a.__dlpack__(**kw)
+
+        def __dlpack_device__(self):
+            return self.a.__dlpack_device__()
+
+    buf = np.zeros((4, 3), np.float32)
+    col.gather(idx, out=Exporter(buf))
+    np.testing.assert_array_equal(buf, data[idx])
+
+
+@pytest.mark.parametrize(
+    ("make", "needle"),
+    [
+        (lambda t: t.zeros((4, 3), dtype=t.float64), "out is float64 (4, 3), expected float32"),
+        (lambda t: t.zeros((4, 2), dtype=t.float32), "expected float32 (4, 3)"),
+        (lambda t: t.zeros((4, 3), dtype=t.float32, requires_grad=True), "requires grad"),
+        (lambda t: t.zeros((3, 4), dtype=t.float32).T, "contiguous"),
+        (lambda t: "not a buffer", "must be a numpy array, a torch CPU tensor"),
+    ],
+)
+def test_gather_refuses_bad_torch_buffers(make, needle, rng):
+    torch = pytest.importorskip("torch", reason="torch is not installed (numbatraj[torch])")
+    col = ResidentColumn(rng.standard_normal((100, 3)).astype(np.float32))
+    out = make(torch)
+    before = out.clone() if isinstance(out, torch.Tensor) else None
+    with pytest.raises(SchemaError, match=re.escape(needle)):
+        col.gather(np.array([1, 2, 3, 4]), out=out)
+    if before is not None:
+        assert torch.equal(out.detach(), before.detach())  # nothing written

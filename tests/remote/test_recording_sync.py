@@ -211,7 +211,7 @@ def test_pull_removes_stale_info_first(tmp_path: Path, catalog: Catalog) -> None
     real = reader.catalog.fetch_options
     assert real == {}
 
-    import numbatraj.remote.recording as rec_mod
+    import numbatraj.remote.client as rec_mod  # pulls go through RemoteCatalog.fetch_many
 
     fetch = rec_mod.fetch
 

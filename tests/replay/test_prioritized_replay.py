@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from numbatraj.data import ColumnSpec
+from numbatraj.errors import SchemaError
 from numbatraj.replay import StoreReplay
 from numbatraj.samplers import SumTree
 from numbatraj.samplers import kernels as pk
@@ -118,3 +120,23 @@ def test_prioritized_demo_split_and_ere_window_stay_in_their_rows():
     assert idx.weights.max() <= 1.0 and idx.stamps.shape == (64,)
     np.testing.assert_array_equal(idx.stamps, rep.sampler.generation(idx.indices))
     assert rep.update_priorities(idx, np.ones(64)) == 0
+
+
+def test_torch_outputs_and_priorities_with_grad():
+    torch = pytest.importorskip("torch", reason="torch is not installed (numbatraj[torch])")
+    cols = [ColumnSpec("obs", np.float32, (3,)), ColumnSpec("reward", np.float32, ())]
+    rep = StoreReplay(cols, 64, prioritized=True, seed=3)
+    rep.add(obs=np.arange(60, dtype=np.float32).reshape(20, 3),
+            reward=np.arange(20, dtype=np.float32))
+    outs = {"obs": torch.empty((8, 3)), "reward": torch.empty(8)}
+    batch = rep.sample_into(outs, 8)
+    np.testing.assert_array_equal(outs["reward"].numpy(), batch.indices.astype(np.float32))
+    np.testing.assert_array_equal(outs["obs"].numpy()[:, 0], batch.indices * 3.0)
+    td = torch.full((8,), 2.0, requires_grad=True) * 1.5  # a graph node, as a loss gives
+    assert rep.update_priorities(batch, td.abs()) == 0
+    with pytest.raises(SchemaError, match=r"outputs\['obs'\] is float64"):
+        rep.sample_into({"obs": torch.empty((8, 3), dtype=torch.float64),
+                         "reward": torch.empty(8)}, 8)
+    with pytest.raises(SchemaError, match="requires grad"):
+        rep.sample_into({"obs": torch.empty((8, 3), requires_grad=True),
+                         "reward": torch.empty(8)}, 8)

@@ -95,3 +95,15 @@ def test_copy_rows_out_of_records(rng):
     out = np.zeros((70, 3), np.uint32)
     rk.copy_rows_cpu(col, out)
     np.testing.assert_array_equal(out, col)
+
+
+@pytest.mark.parametrize("b", [0, 1, 2, 65, 300])
+@pytest.mark.parametrize("wdt, w", [(np.uint64, 96), (np.uint8, 601), (np.uint32, 1)])
+def test_gather_wide_rows_matches_reference(b, wdt, w, rng):
+    # a column stored apart: each row one long copy, the next row's first line loaded ahead
+    src = rng.integers(0, np.iinfo(wdt).max, size=(40, w), dtype=wdt, endpoint=True)
+    idx = rng.integers(0, 40, size=b).astype(np.int64)
+    idx[: min(b, 3)] = [39, 0, 39][: min(b, 3)]
+    out = np.full((b, w), 7, dtype=wdt)
+    rk.gather_wide_rows_cpu(src, idx, out)
+    np.testing.assert_array_equal(out, gather_rows_ref(src, idx))

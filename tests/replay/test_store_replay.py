@@ -374,3 +374,56 @@ def test_python_scalars_out_of_the_column_range_name_the_column(bad, value):
     assert held["x"][0] == 65504 and np.isinf(held["x"][1])
     one = {"a": np.uint8(1), "i": np.int16(2), "x": np.float16(3)}  # the fast path
     assert rep._cols.single_row(one) is not None
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_wide_columns_are_stored_apart_and_agree_with_the_record_layout(prioritized, rng):
+    # columns wider than WIDE_BYTES (pixels) are contiguous arrays of their own; narrow ones
+    # stay in the row record.  Adds (batches wrapping, one-row adds), gathers (small and
+    # column by column), quantised wide columns and checkpoints give the same rows as a
+    # replay with every column in the record.
+    from numbatraj.replay import buffer as B
+
+    cols = [ColumnSpec("pix", np.uint8, (3, 16, 16)), ColumnSpec("reward", np.float32, ()),
+            ColumnSpec("feat", np.float32, (600,)), ColumnSpec("done", np.bool_, ())]
+    kw = dict(prioritized=prioritized, seed=3, demo_capacity=2, quantize={"feat": (-2.0, 2.0)})
+    wide = StoreReplay(cols, 11, **kw)
+    assert wide._wide == ("pix", "feat")
+    assert wide.storage("pix").flags.c_contiguous
+    monkey = B.WIDE_BYTES
+    try:
+        B.WIDE_BYTES = 1 << 30
+        packed = StoreReplay(cols, 11, **kw)
+    finally:
+        B.WIDE_BYTES = monkey
+    assert packed._wide == ()
+    n = 30
+    data = {"pix": rng.integers(0, 256, (n, 3, 16, 16), dtype=np.uint8),
+            "reward": np.arange(n, dtype=np.float32),
+            "feat": rng.uniform(-3, 3, (n, 600)).astype(np.float32),
+            "done": rng.random(n) < 0.3}
+    for rep in (wide, packed):
+        rep.add_demos(**{k: v[:2] for k, v in data.items()})
+        for i in range(0, 20, 7):
+            rep.add(**{k: v[i : i + 7] for k, v in data.items()})
+        for i in range(20, n):
+            rep.add(**{k: v[i] for k, v in data.items()})
+    for name in data:
+        np.testing.assert_array_equal(wide.storage(name), packed.storage(name))
+    a, b = wide.rows(), packed.rows()
+    for name in data:
+        np.testing.assert_array_equal(a[name], b[name])
+    np.testing.assert_array_equal(a["pix"], data["pix"][a["reward"].astype(int)])
+    idx = rng.integers(0, 11, 300)
+    for name, v in wide.rows(idx).items():
+        np.testing.assert_array_equal(v, packed.rows(idx)[name])
+    sa, ia = wide.sample(64)
+    sb, ib = packed.sample(64)
+    np.testing.assert_array_equal(ia.indices, ib.indices)
+    for name in data:
+        np.testing.assert_array_equal(sa[name], sb[name])
+    state = wide.state_dict()
+    again = StoreReplay(cols, 11, **kw)
+    again.load_state_dict(state)
+    for name in data:
+        np.testing.assert_array_equal(again.storage(name), wide.storage(name))

@@ -162,3 +162,49 @@ def test_batched_find_takes_the_per_draw_descent_path(capacity, rng):
         expect = np.array([descend(t.sums, p, x) for x in m])
         np.testing.assert_array_equal(out, expect)
         np.testing.assert_array_equal(leafvals, t.sums[p + out])
+
+
+def test_prefetching_paths_are_exact_past_the_prefetch_distance(rng):
+    # batches several times PREFETCH_AHEAD, on a tree whose lower levels take the prefetching
+    # loops: the descent still equals the per-draw body and searchsorted, and updates (with
+    # duplicates) still give the nodes of a rebuild from the reference leaves
+    from numbatraj.samplers.kernels import descend
+
+    cap = 3 * 2**13 + 5
+    b = 4 * K.PREFETCH_AHEAD + 3
+    v = rng.random(cap) ** 3
+    v[rng.random(cap) < 0.2] = 0.0
+    t = _tree_from(v)
+    p = t.n_leaves_padded
+    m = np.sort(rng.random(b)) * t.total
+    out = np.empty(b, dtype=np.int64)
+    K._sumtree_find_cpu(t.sums, p, m.copy(), out, np.empty(b))
+    np.testing.assert_array_equal(out, [descend(t.sums, p, x) for x in m])
+    rows = rng.integers(0, cap, size=b)
+    rows[-40:] = rows[:40]  # repeated rows: the last value wins
+    vals = rng.random(b)
+    t.update(rows, vals)
+    v[rows] = vals  # numpy fancy assignment: the last duplicate wins too
+    sums, mins = sumtree_nodes_ref(v, np.ones(cap, dtype=bool), p)
+    np.testing.assert_array_equal(t.sums, sums)
+    np.testing.assert_array_equal(t.mins, mins)
+
+
+def test_minima_stop_early_yet_match_a_rebuild_bit_for_bit(rng):
+    # an update stops carrying the min-tree up once a minimum stays put; signed zeros (equal
+    # as floats, different bits), duplicates and unchanged values must still leave every
+    # node's bits those of a rebuild from the leaves
+    cap = 2**12 + 3
+    t = SumTree(cap)
+    t.update(np.arange(cap), rng.random(cap))
+    for _ in range(30):
+        k = int(rng.integers(1, 3 * K.PREFETCH_AHEAD))
+        rows = rng.integers(0, cap, size=k)
+        vals = rng.choice([0.0, -0.0, 0.5, 1.0, 2.0], size=k) * rng.integers(0, 2, size=k)
+        vals = np.where(rng.random(k) < 0.5, vals, rng.random(k))
+        rows[: k // 4] = rows[k - k // 4 :][::-1] if k >= 4 else rows[: k // 4]
+        t.update(rows, vals)
+        sums, mins = t.sums.copy(), t.mins.copy()
+        t.rebuild()
+        np.testing.assert_array_equal(sums.view(np.int64), t.sums.view(np.int64))
+        np.testing.assert_array_equal(mins.view(np.int64), t.mins.view(np.int64))

@@ -7,6 +7,7 @@ landing on main separately; once it has, these helpers should write through it.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import h5py
@@ -53,3 +54,21 @@ def make_store(path, lengths: Sequence[int] = (1, 2, 5, 23), *, seed: int = 0,
             for name, arr in stats_datasets(values).items():
                 f.create_dataset(name, data=arr)
     return str(path)
+
+
+@contextlib.contextmanager
+def force_parallel(threads: int = 2):
+    """Run the parallel kernels whatever the batch size: numbatraj is serial by default
+    (numbatraj.set_num_threads), and these tests need a parallel region to have run."""
+    import numbatraj
+    from numbatraj import _jit
+
+    saved = _jit.PARALLEL_MIN_BYTES
+    _jit.PARALLEL_MIN_BYTES = 0
+    numbatraj.set_num_threads(threads)
+    try:
+        assert _jit.parallel_threads(1) == threads
+        yield
+    finally:
+        numbatraj.set_num_threads(None)
+        _jit.PARALLEL_MIN_BYTES = saved

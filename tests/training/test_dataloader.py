@@ -16,7 +16,7 @@ import pytest
 
 from numbatraj import ResidentColumn
 from numbatraj.training import BatchLoader
-from tests.training.helpers import make_store
+from tests.training.helpers import force_parallel, make_store
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install numbatraj[torch])")
 from torch.utils.data import DataLoader  # noqa: E402
@@ -33,7 +33,8 @@ def path(tmp_path_factory):
 
 def _parent_parallel_gather():
     col = ResidentColumn(np.zeros((4096, 16), np.float32))
-    col.gather(np.arange(2048))  # 128 KiB: the parallel kernel
+    with force_parallel():
+        col.gather(np.arange(2048))  # the parallel kernel
     assert numba.threading_layer() in ("tbb", "workqueue")
 
 

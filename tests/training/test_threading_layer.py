@@ -12,12 +12,16 @@ import pytest
 SCRIPT = textwrap.dedent("""
     import os, sys, threading
     import numpy as np, numba
+    import numbatraj
+    from numbatraj import _jit
     from numbatraj.training import BatchLoader
+    _jit.PARALLEL_MIN_BYTES = 0  # every launch below is a parallel region
+    numbatraj.set_num_threads(2)
     sys.path.insert(0, os.getcwd())
     from tests.training.helpers import make_store
     path = make_store(sys.argv[1], (40, 25), image_hw=(16, 16), stats=())
     loader = BatchLoader(path, 32, deltas={"images": [-1, 0]}, columns=[])
-    loader.gather(np.arange(32))  # 96 KiB: parallel
+    loader.gather(np.arange(32))  # parallel
     errors = []
     def work():
         try:

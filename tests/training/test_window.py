@@ -8,7 +8,7 @@ import pytest
 from numbatraj import TrajectoryStore
 from numbatraj.training import BatchLoader
 from tests.reference import window_batch_ref
-from tests.training.helpers import make_store
+from tests.training.helpers import force_parallel, make_store
 
 LENGTHS = [(1,), (2,), (1, 2, 30), (30, 1, 1, 2)]
 DELTAS = [[0], [-3, -1, 0], list(range(16)), [-40, 5, 0, 41], [2, -2, 2]]
@@ -65,11 +65,11 @@ def test_first_and_last_frames_clamp(stores):
 
 
 def test_large_batch_parallel_path_matches_reference(stores):
-    # 64 items x 16 actions x 2 floats = 8 KiB: above the serial threshold
     path = stores[(1, 2, 30)]
     loader = BatchLoader(path, 64, deltas={"action": range(16)}, columns=["images"])
     cur = np.random.default_rng(1).integers(0, loader.store.n_rows, 64)
-    b = loader.gather(cur)
+    with force_parallel():
+        b = loader.gather(cur)
     act = loader.store.load_column("action")
     vals, pad, _ = window_batch_ref(act, loader.store.episode_lengths, cur, list(range(16)))
     np.testing.assert_array_equal(b["action"], vals)

@@ -1,0 +1,229 @@
+"""Host gather per core and under load against ``np.take`` (issue 14).
+
+For a walker column (10 M x 26 float32) and a pixel column (50,000 x 3x84x84 uint8), and
+batch sizes from 32 to 65,536 rows (pixels to 4,096: a 65,536-frame batch is 1.4 GB), times
+``ResidentColumn.gather(idx, out=)`` in its default configuration and with one thread
+(``numbatraj.set_num_threads(1)``, what ``NUMBA_NUM_THREADS=1`` gives) against
+``np.take(column, idx, axis=0, out=)`` on fresh random indices, in interleaved rounds in one
+process, on the machine as it is ("idle") and with one busy-loop process per core plus one
+("loaded", started and killed by the benchmark).  Ratios go to ``bench/results/gather.json``
+and ``.md``; ``python bench/report.py`` plots them against the batch size.
+
+Target: on one thread at 4096 rows, no slower than ``np.take``; loaded, the default never
+slower than ``np.take`` by more than 10 % or 2 us at any batch size.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import numbatraj
+from bench.conftest import RESULTS, bench_scale
+from bench.report import busy_machine, interleaved, load_line, machine, ratio_chart
+from numbatraj import ResidentColumn
+
+COLUMNS = {
+    "26 float32": ((26,), np.float32, max(100_000, int(10_000_000 * bench_scale())),
+                   [32, 256, 4096, 65536]),
+    "3x84x84 uint8": ((3, 84, 84), np.uint8, max(5_000, int(50_000 * bench_scale())),
+                      [32, 256, 4096]),
+}
+_RESULTS: dict[str, dict] = {}
+
+
+def _rounds(nbytes: int) -> int:
+    return 201 if nbytes < (1 << 20) else 41 if nbytes < (32 << 20) else 9
+
+
+@pytest.fixture(scope="module", params=list(COLUMNS))
+def column(request):
+    shape, dtype, n, batches = COLUMNS[request.param]
+    data = np.random.default_rng(0).integers(0, 255, (n, *shape)).astype(dtype)
+    return request.param, data, batches
+
+
+@pytest.mark.parametrize("load", ["idle", "loaded"])
+def test_gather_against_np_take(column, load, ratios):
+    name, data, batches = column
+    col = ResidentColumn(data, "c")
+    rng = np.random.default_rng(1)
+    rows = {}
+    with busy_machine(on=load == "loaded") as n_busy:
+        for b in batches:
+            med = _gather_round(col, data, b, rng)
+            note = load_line()
+            rows[b] = {**med, "note": note}
+            nbytes = b * data[0].nbytes
+            group = f"gather {b} rows of {name}, {load}"
+            ratios.record(group, "np.take(out=)", med["np.take(out=)"], baseline=True,
+                          nbytes=nbytes, note=note)
+            for k in ("numbatraj default", "numbatraj 1 thread"):
+                ratios.record(group, k, med[k], nbytes=nbytes)
+    _RESULTS[f"{name}, {load}"] = {"busy_processes": n_busy, "rows": rows}
+    _write()
+
+
+def _gather_round(col: ResidentColumn, data: np.ndarray, b: int,
+                  rng: np.random.Generator) -> dict[str, float]:
+    idx = rng.integers(0, len(data), b)
+    out = np.empty((b, *data.shape[1:]), data.dtype)
+
+    def fresh():
+        idx[:] = rng.integers(0, len(data), b)
+
+    fns = {
+        "np.take(out=)": lambda: np.take(data, idx, axis=0, out=out),
+        "numbatraj default": lambda: col.gather(idx, out=out),
+        "numbatraj 1 thread": (lambda: col.gather(idx, out=out),
+                               lambda: numbatraj.set_num_threads(1),
+                               lambda: numbatraj.set_num_threads(None)),
+    }
+    col.gather(idx, out=out)  # compile / warm
+    return interleaved(fns, fresh, _rounds(out.nbytes))
+
+
+def _write() -> None:
+    RESULTS.mkdir(exist_ok=True)
+    series: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    lines = [f"# Host gather against np.take\n\nMachine: {machine()}.\n",
+             "| column, load | batch | np.take | default | 1 thread | default / take | "
+             "1 thread / take | default within 10 % or 2 us | load |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for key, res in _RESULTS.items():
+        col_name, load = key.rsplit(", ", 1)
+        panel = series.setdefault(col_name, {})
+        for b, m in res["rows"].items():
+            t, d, one = m["np.take(out=)"], m["numbatraj default"], m["numbatraj 1 thread"]
+            ok = d <= max(1.1 * t, t + 2e-6)
+            panel.setdefault(f"default / np.take, {load}", []).append((b, d / t))
+            panel.setdefault(f"1 thread / np.take, {load}", []).append((b, one / t))
+            lines.append(f"| {key} | {b} | {t * 1e6:,.1f} us | {d * 1e6:,.1f} us | "
+                         f"{one * 1e6:,.1f} us | {d / t:.2f} | {one / t:.2f} | "
+                         f"{'yes' if ok else 'NO'} | {m['note']} |")
+    (RESULTS / "gather.md").write_text("\n".join(lines) + "\n")
+    (RESULTS / "gather.json").write_text(json.dumps({"series": series, "results": _RESULTS},
+                                                    indent=1, default=str))
+    ratio_chart(series, "batch rows", RESULTS / "gather.png")
+
+
+# ---------------------------------------------------------------------- cost growth
+GROWTH_CAPS = [1 << k for k in range(16, 25, 2) if (1 << k) <= max(1 << 18, int((1 << 24) * bench_scale()))]
+_GROWTH: dict[str, dict] = {}
+
+
+@pytest.mark.parametrize("load", ["idle", "loaded"])
+def test_cost_growth_with_capacity(load, ratios):
+    """uniform sample(4096), prioritized sample+update(4096) and a 16 x 64 window draw, each
+    with the gather of its rows of a 26-float32 column, at capacities 2^16 to 2^24:
+    numbatraj (samplers + ResidentColumn), cpprb, and ``np.take`` of the same rows."""
+    pytest.importorskip("cpprb")
+    rng = np.random.default_rng(5)
+    res: dict[str, dict[int, dict[str, float]]] = {}
+    td = rng.random(4096) + 0.01
+    for cap in GROWTH_CAPS:
+        res[cap] = _growth_round(cap, load, rng, td)
+    lo, hi = GROWTH_CAPS[0], GROWTH_CAPS[-1]
+    summary = {}
+    for work in ("uniform", "prioritized", "windows 16x64"):
+        g_take = res[hi][f"{work}: np.take"] / res[lo][f"{work}: np.take"]
+        g_ours = res[hi][f"{work}: numbatraj"] / res[lo][f"{work}: numbatraj"]
+        summary[work] = {"numbatraj growth": g_ours, "np.take growth": g_take,
+                         "ratio": g_ours / g_take}
+        group = f"growth {work} {lo}->{hi}, {load}"
+        for who in ("np.take", "numbatraj", "cpprb"):
+            k = f"{work}: {who}"
+            if k in res[hi]:
+                ratios.record(group, f"{who} at {hi}", res[hi][k], baseline=who == "np.take",
+                              note=f"growth {res[hi][k] / res[lo][k]:.2f}x from {lo}")
+    _GROWTH[load] = {"caps": res, "summary": summary}
+    _write_growth()
+
+
+def _growth_round(cap: int, load: str, rng: np.random.Generator, td: np.ndarray) -> dict:
+    import cpprb
+
+    from numbatraj.samplers import PrioritizedSampler, SequenceWindowSampler, UniformSampler
+
+    data = rng.standard_normal((cap, 26), dtype=np.float32)
+    col = ResidentColumn(data, "obs")
+    out = np.empty((4096, 26), np.float32)
+    wout = np.empty((16, 64, 26), np.float32)
+    uni = UniformSampler(cap, seed=0)
+    per = PrioritizedSampler(cap, alpha=0.6, beta=0.4, seed=0)
+    per.note_added(np.arange(cap))
+    per.update_priorities(np.arange(cap), rng.random(cap) + 0.01)
+    lengths = np.full(cap // 1000, 1000)
+    lengths[-1] += cap - int(lengths.sum())
+    win = SequenceWindowSampler(lengths, 64, seed=0)
+    rb = cpprb.ReplayBuffer(cap, {"obs": {"shape": 26}})
+    rb.add(obs=data)
+    prb = cpprb.PrioritizedReplayBuffer(cap, {"obs": {"shape": 26}}, alpha=0.6)
+    prb.add(obs=data)
+    prb.update_priorities(np.arange(cap), rng.random(cap) + 0.01)
+    held = {"u": uni.sample(4096).indices, "p": per.sample(4096).indices,
+            "w": win.sample(16).indices}
+
+    def per_step():
+        b = per.sample(4096)
+        col.gather(b, out=out)
+        per.update_priorities(b, td)
+
+    def cpprb_per():
+        x = prb.sample(4096, beta=0.4)
+        prb.update_priorities(x["indexes"], td)
+
+    fns = {
+        "uniform: numbatraj": lambda: col.gather(uni.sample(4096), out=out),
+        "uniform: cpprb": lambda: rb.sample(4096),
+        "uniform: np.take": lambda: np.take(data, held["u"], axis=0, out=out),
+        "prioritized: numbatraj": per_step,
+        "prioritized: cpprb": cpprb_per,
+        "prioritized: np.take": lambda: np.take(data, held["p"], axis=0, out=out),
+        "windows 16x64: numbatraj": lambda: col.gather(win.sample(16), out=wout),
+        "windows 16x64: np.take": lambda: np.take(data, held["w"], axis=0, out=wout),
+    }
+
+    def fresh():  # np.take gathers rows drawn like numbatraj's, fresh every call
+        held["u"] = rng.integers(0, cap, 4096)
+        held["p"] = rng.integers(0, cap, 4096)
+        held["w"] = rng.integers(0, cap - 64, (16, 1)) + np.arange(64)
+
+    for f in fns.values():
+        f()
+    with busy_machine(on=load == "loaded"):
+        out_cap: dict = interleaved(fns, fresh, 61)
+        out_cap["note"] = load_line()
+    return out_cap
+
+
+def _write_growth() -> None:
+    RESULTS.mkdir(exist_ok=True)
+    series: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    lines = ["# Cost growth with capacity\n", f"Machine: {machine()}.\n",
+             "| work, load | numbatraj growth | np.take growth | ratio (target <= 1.2) |",
+             "|---|---|---|---|"]
+    for load, r in _GROWTH.items():
+        for work, s in r["summary"].items():
+            lines.append(f"| {work}, {load} | {s['numbatraj growth']:.2f}x | "
+                         f"{s['np.take growth']:.2f}x | {s['ratio']:.2f} |")
+            panel = series.setdefault(work, {})
+            for cap, m in r["caps"].items():
+                for who in ("numbatraj", "cpprb"):
+                    k = f"{work}: {who}"
+                    if k in m:
+                        panel.setdefault(f"{who} / np.take, {load}", []).append(
+                            (cap, m[k] / m[f"{work}: np.take"]))
+    lines += ["", "| capacity, load | " + " | ".join(
+        k for k in next(iter(_GROWTH.values()))["caps"][GROWTH_CAPS[0]] if k != "note") + " | load |",
+              "|---" * 10 + "|"]
+    for load, r in _GROWTH.items():
+        for cap, m in r["caps"].items():
+            lines.append(f"| {cap}, {load} | " + " | ".join(
+                f"{v * 1e6:,.0f} us" for k, v in m.items() if k != "note") + f" | {m['note']} |")
+    (RESULTS / "growth.md").write_text("\n".join(lines) + "\n")
+    (RESULTS / "growth.json").write_text(json.dumps({"series": series, "results": _GROWTH},
+                                                    indent=1, default=str))
+    ratio_chart(series, "capacity (rows)", RESULTS / "growth.png")
