@@ -4,7 +4,7 @@
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV   := .venv
 PY     := $(VENV)/bin/python
-EXTRAS := test,lint,lerobot,remote,hub,importers,cuda,postgres,torch,ray
+EXTRAS := test,lint,docs,lerobot,remote,hub,importers,cuda,postgres,torch,ray,gym
 # the CPU build of torch: what this machine installs without a multi-GB CUDA download
 TORCH_PIN := torch==2.13.0
 STAMP  := $(VENV)/.installed
@@ -14,7 +14,7 @@ STAMP  := $(VENV)/.installed
 SRC_HASH := $(shell cat $$(find numbatraj -name '*.py' | sort) | sha1sum | cut -c1-12)
 export NUMBA_CACHE_DIR ?= $(CURDIR)/build/numba-cache/$(SRC_HASH)
 
-.PHONY: venv demo test test-host test-cuda lint bench soak clean
+.PHONY: venv demo test test-host test-cuda test-core test-min test-lerobot lint docs bench soak clean
 
 venv: $(STAMP)
 
@@ -35,8 +35,63 @@ test: $(STAMP)
 	NUMBA_ENABLE_CUDASIM=1 $(PY) -m pytest -m cuda tests -p no:cacheprovider
 
 lint: $(STAMP)
-	$(PY) -m ruff check numbatraj tests bench examples
+	$(PY) -m ruff check numbatraj tests bench examples tools
 	$(PY) -m mypy numbatraj
+# what a user writes against the API: the README example and every example script, strict
+	$(PY) tools/readme_example.py > build/readme_example.py
+	$(PY) -m mypy --strict --ignore-missing-imports --follow-imports=silent \
+	    build/readme_example.py examples
+
+# The API reference (docs/api/, mkdocstrings) and the pages, warnings as errors.
+docs: $(STAMP)
+	$(PY) -m mkdocs build --strict --site-dir build/site
+
+# `pip install .` with no extras into a fresh venv, then used as a new user would: every
+# command's --help, info/validate on a store, StoreReplay, and a command needing an extra
+# exits 2 naming it.  numba-cuda must be absent.
+CORE_VENV := build/venv-core
+test-core:
+	rm -rf $(CORE_VENV)
+	$(PYTHON) -m venv $(CORE_VENV)
+	$(CORE_VENV)/bin/python -m pip install --quiet .
+	NUMBA_CACHE_DIR=$(CURDIR)/build/numba-cache-core bash tools/check_core.sh $(CORE_VENV)/bin/python
+
+# The minimum versions: every lower bound in setup.cfg pinned (tools/min_constraints.py),
+# then the subset of the host suite marked `min`.
+MIN_VENV   := build/venv-min
+MIN_EXTRAS := lerobot,hub,importers,remote,gym
+test-min:
+	rm -rf $(MIN_VENV)
+	$(PYTHON) -m venv $(MIN_VENV)
+	mkdir -p build && $(PYTHON) tools/min_constraints.py $(MIN_EXTRAS) > build/min-constraints.txt
+	$(MIN_VENV)/bin/python -m pip install --quiet -c build/min-constraints.txt \
+	    ".[$(MIN_EXTRAS)]" pytest hypothesis
+	$(MIN_VENV)/bin/python -m pip check
+# -k "not svtav1": the SVT-AV1 inside av 15.x wheels dies of SIGFPE encoding the tests'
+# 16x12 frames (av 16.0.1 hangs; av 18 passes); libx264 and every LeRobot path still run.
+	NUMBA_CACHE_DIR=$(CURDIR)/build/numba-cache-min $(MIN_VENV)/bin/python -m pytest \
+	    -m "min and not cuda" -k "not svtav1" -p no:cacheprovider -q tests
+
+# Beside LeRobot 0.6.1 in one Python 3.12 environment: numbatraj's lerobot,hub extras go in
+# without changing any of LeRobot's versions (constrained to its freeze, then pip check),
+# then the LeRobot tests and bench/lerobot_compat_check.py.  Not in CI: it downloads torch.
+LEROBOT_PY   ?= $(shell PYENV_VERSION=3.12.1 command -v python3.12 2>/dev/null)
+LEROBOT_VENV := build/venv-lerobot
+test-lerobot:
+	test -f $(LEROBOT_VENV)/.lerobot-installed || { rm -rf $(LEROBOT_VENV) && \
+	    PYENV_VERSION=3.12.1 $(LEROBOT_PY) -m venv $(LEROBOT_VENV) && \
+	    $(LEROBOT_VENV)/bin/python -m pip install --quiet "lerobot[dataset]==0.6.1" && \
+	    touch $(LEROBOT_VENV)/.lerobot-installed; }
+	$(LEROBOT_VENV)/bin/python -m pip freeze | grep -v '^numbatraj' > build/lerobot-freeze.txt
+	$(LEROBOT_VENV)/bin/python -m pip install --quiet -c build/lerobot-freeze.txt \
+	    ".[lerobot,hub]" pytest hypothesis
+	$(LEROBOT_VENV)/bin/python -m pip check
+	$(LEROBOT_VENV)/bin/python -m pip freeze | grep -v '^numbatraj' \
+	    | grep -Fxf - build/lerobot-freeze.txt | cmp -s - build/lerobot-freeze.txt \
+	    || { echo "installing numbatraj changed LeRobot's environment"; exit 1; }
+	NUMBA_CACHE_DIR=$(CURDIR)/build/numba-cache-lerobot $(LEROBOT_VENV)/bin/python -m pytest \
+	    -m "not cuda" -p no:cacheprovider -q tests/lerobot
+	$(LEROBOT_VENV)/bin/python bench/lerobot_compat_check.py
 
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[$(EXTRAS),bench]" || true

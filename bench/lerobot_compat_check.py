@@ -144,7 +144,7 @@ def check_loaded(root: Path, repo_id: str, want: dict, backend: str | None) -> t
     t0 = time.perf_counter()
     ds = LeRobotDataset(repo_id=repo_id, root=root, video_backend=backend)
     figs["load_s"] = time.perf_counter() - t0
-    figs["backend"] = ds.video_backend
+    figs["backend"] = getattr(ds, "video_backend", getattr(ds, "_video_backend", None))
     meta = ds.meta
     expect(ds.num_episodes == len(LENGTHS), f"num_episodes {ds.num_episodes} != {len(LENGTHS)}")
     expect(ds.num_frames == n_total, f"num_frames {ds.num_frames} != {n_total}")

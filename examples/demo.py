@@ -14,6 +14,7 @@ import argparse
 import os
 import sys
 import time
+from typing import Any
 
 import numpy as np
 
@@ -116,7 +117,7 @@ def residency_table(out_dir: str, small: bool) -> None:
             drop_page_cache(path)
         f[0] = open_h5_read(path, chunk_cache_bytes=cache)
 
-    state: dict[str, object] = {}
+    state: dict[str, Any] = {}
 
     def setup(pattern: str, cold: bool):  # type: ignore[no-untyped-def]
         def run() -> None:

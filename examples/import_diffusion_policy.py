@@ -37,9 +37,9 @@ def write_buffer(path: str, seed: int = 0) -> None:
     for key, a in arrays.items():
         root.create_array(key, shape=a.shape, dtype=a.dtype, chunks=(64, *a.shape[1:]),
                           compressors=blosc)
-        root[key][...] = a
+        root[key][...] = a  # type: ignore[index]
     root.create_array("meta/episode_ends", shape=ends.shape, dtype=ends.dtype, compressors=None)
-    root["meta/episode_ends"][...] = ends
+    root["meta/episode_ends"][...] = ends  # type: ignore[index]
 
 
 def main() -> None:

@@ -100,7 +100,7 @@ def main() -> None:
                                 error_buffer=2000)
     replay = ShardedReplay(2, COLUMNS, capacity=50_000, prioritized=True, seed=0,
                            rate_limiter=limiter, beta=0.4)
-    writers = [Writer.remote() for _ in range(2)]
+    writers = [Writer.remote() for _ in range(2)]  # type: ignore[attr-defined]
     runs = [w.run.remote(replay, k, args.rows, 0.3) for k, w in enumerate(writers)]
 
     q = np.zeros((5, N_ACT), np.float64)

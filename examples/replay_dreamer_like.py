@@ -18,7 +18,7 @@ import os
 
 import numpy as np
 
-from numbatraj import ColumnSpec
+from numbatraj import ColumnSpec, PrioritizedSampler
 from numbatraj.replay import StoreReplay
 
 N_ENVS, T, B = 2, 16, 8
@@ -37,9 +37,8 @@ def main() -> None:
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     rng = np.random.default_rng(0)
-    kw = dict(n_envs=N_ENVS, seed=3)
-    rep = StoreReplay(COLUMNS, 256 * N_ENVS, **kw)
-    per = StoreReplay(COLUMNS, 256 * N_ENVS, prioritized=True, alpha=0.9, **kw)
+    rep = StoreReplay(COLUMNS, 256 * N_ENVS, n_envs=N_ENVS, seed=3)
+    per = StoreReplay(COLUMNS, 256 * N_ENVS, prioritized=True, alpha=0.9, n_envs=N_ENVS, seed=3)
     t = np.zeros(N_ENVS, np.int64)
     for step in range(args.steps):
         t += 1
@@ -72,7 +71,9 @@ def main() -> None:
             pseq, pbatch = per.sample_sequences(B, T)
             td = rng.standard_normal((B, T)) * (1 + pseq["reward"])  # later steps: larger
             per.update_priorities(pbatch, td, eta=0.9)
-    leaves = per.sampler.tree.leaves[: per.capacity]
+    sampler = per.sampler
+    assert isinstance(sampler, PrioritizedSampler)
+    leaves = sampler.tree.leaves[: per.capacity]
     print(f"{rep.size} rows in {N_ENVS} streams; last window is_first at "
           f"{np.flatnonzero(first[0]).tolist()}; {int((leaves != leaves.max()).sum())} "
           f"window starts re-prioritized")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import Any
 
 import numpy as np
 
@@ -67,7 +68,7 @@ def main() -> None:
 
     envs = ChainEnvs(N_ENVS, seed=0)
     rep = StoreReplay(COLUMNS, 64 * N_ENVS, n_envs=N_ENVS, next_of={"next_obs": "obs"}, seed=1)
-    history: list[list[dict]] = [[] for _ in range(N_ENVS)]  # the script's own record
+    history: list[list[dict[str, Any]]] = [[] for _ in range(N_ENVS)]  # the script's own record
     rng = np.random.default_rng(2)
     obs = envs.obs()
     q = np.zeros((7, 2))  # a tabular "network"
@@ -133,9 +134,9 @@ def main() -> None:
     path = os.path.join(args.out, "replay.h5")
     n_ep = rep.dump(path, env_id="chain-v0", overwrite=True)
     with TrajectoryStore(path) as st:
-        m = st.manifest
+        man = st.manifest
         print(f"{rep.size} rows in {N_ENVS} streams, {n_ep} episodes dumped; "
-              f"cut at start: [{m['attr.ep_cut_start']}], open: [{m['attr.ep_open']}]")
+              f"cut at start: [{man['attr.ep_cut_start']}], open: [{man['attr.ep_open']}]")
     print(f"side table: {rep._side.n_kept if rep._side else 0} final observations kept; "
           f"q = {np.round(q.max(1), 2).tolist()}")
 

@@ -66,7 +66,8 @@ class TinyACT(nn.Module):
     def forward(self, state: torch.Tensor, front: torch.Tensor,
                 wrist: torch.Tensor) -> torch.Tensor:
         feats = torch.cat([self.vision(front), self.vision(wrist), state], dim=1)
-        return self.head(feats).view(-1, self.chunk, self.action_dim)
+        out: torch.Tensor = self.head(feats).view(-1, self.chunk, self.action_dim)
+        return out
 
 
 def main() -> None:

@@ -46,7 +46,8 @@ class TinyDenoiser(nn.Module):
         w = self.vision(wrist.flatten(0, 1)).view(b, N_OBS, -1)
         cond = torch.cat([f, w, state], dim=-1).flatten(1)
         x = torch.cat([cond, noisy.flatten(1), k[:, None].float() / T_DIFFUSION], dim=1)
-        return self.net(x).view(b, HORIZON, self.action_dim)
+        out: torch.Tensor = self.net(x).view(b, HORIZON, self.action_dim)
+        return out
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ CPU, which is how the device kernels are tested without a GPU.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from types import ModuleType
 from typing import Any
@@ -16,7 +17,13 @@ import numpy as np
 
 from numbatraj.errors import DeviceUnavailableError
 
-__all__ = ["cuda_available", "get_cuda", "is_device_array", "is_simulator"]
+__all__ = [
+    "cuda_available",
+    "get_cuda",
+    "is_device_array",
+    "is_simulator",
+    "numba_cuda_installed",
+]
 
 
 def is_simulator() -> bool:
@@ -33,7 +40,23 @@ def is_device_array(a: Any) -> bool:
     return hasattr(a, "__cuda_array_interface__") or bool(getattr(a, "__cuda_ndarray__", False))
 
 
+def numba_cuda_installed() -> bool:
+    """True when the ``numba-cuda`` package (the ``cuda`` extra) is importable."""
+    return importlib.util.find_spec("numba_cuda") is not None
+
+
+_NO_NUMBA_CUDA = (
+    "CUDA device code needs the numba-cuda package, which is not installed: "
+    "pip install 'numbatraj[cuda]' (on a machine with an NVIDIA driver; the host API needs "
+    "neither)"
+)
+
+
 def _import_cuda() -> ModuleType:
+    # numba's own, deprecated CUDA target would import without numba-cuda and then fail in
+    # obscure ways; only the simulator is used without it.
+    if not numba_cuda_installed() and not is_simulator():
+        raise ImportError(_NO_NUMBA_CUDA)
     from numba import cuda
 
     return cuda
@@ -50,6 +73,8 @@ def cuda_available() -> bool:
 
 def get_cuda() -> ModuleType:
     """``numba.cuda``, or :class:`DeviceUnavailableError` saying why the device cannot be used."""
+    if not numba_cuda_installed() and not is_simulator():
+        raise DeviceUnavailableError(_NO_NUMBA_CUDA)
     try:
         cuda = _import_cuda()
     except Exception as exc:

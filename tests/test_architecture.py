@@ -28,6 +28,7 @@ ALLOWED = {
     "remote": {"io", "data", "lerobot", "catalog"},
     "training": {"io", "data", "samplers", "replay"},
     "ray": {"io", "data", "samplers", "replay"},
+    "gym": {"io", "data", "replay", "samplers"},
     # the command sits on top and may import anything; nothing below imports it
     "cli": {"io", "data", "samplers", "replay", "training", "ray", "lerobot", "importers",
             "catalog", "remote"},

@@ -30,6 +30,7 @@ SMALL_RUNS = {
     "import_libero.py": ["--no-images"],
     "import_minari.py": [],
     "import_robomimic.py": [],
+    "record_gymnasium.py": ["--out", "{tmp}", "--episodes", "2"],
     "record_synthetic.py": ["--workdir", "{tmp}", "--codec", "libx264"],
     "remote_roundtrip.py": ["--rows", "2000"],
     "train_act_like.py": ["--steps", "8", "--workdir", "{tmp}"],

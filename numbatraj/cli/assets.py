@@ -7,10 +7,13 @@ import os
 import sys
 from typing import Any
 
+from numbatraj.cli._common import print_json
+
 __all__ = ["register"]
 
 
-def _packs(args: argparse.Namespace) -> tuple[list[Any], list[tuple[str, str]]]:
+def _packs(args: argparse.Namespace,
+           quiet: bool = False) -> tuple[list[Any], list[tuple[str, str]]]:
     from numbatraj.remote.assets import declared_packs
 
     if not os.path.isdir(args.root):
@@ -18,7 +21,7 @@ def _packs(args: argparse.Namespace) -> tuple[list[Any], list[tuple[str, str]]]:
     packs, bad = declared_packs(args.root, args.pattern)
     for _, err in bad:
         print(f"FAILED   {err}", file=sys.stderr)
-    if not packs and not bad:
+    if not packs and not bad and not quiet:
         where = f" matching {args.pattern!r}" if args.pattern else ""
         print(f"no assets.kv{where} under {os.path.abspath(args.root)}")
     return packs, bad
@@ -32,11 +35,20 @@ def _rel(path: str) -> str:
 def _cmd_status(args: argparse.Namespace) -> int:
     from numbatraj.remote.assets import pack_status
 
-    packs, bad = _packs(args)
-    missing = 0
-    for d in packs:
-        st = pack_status(d)
-        missing += st.state != "present"
+    packs, bad = _packs(args, quiet=args.json)
+    states = [pack_status(d) for d in packs]
+    missing = sum(st.state != "present" for st in states)
+    if args.json:
+        print_json({
+            "packs": [{"label": st.decl.label, "state": st.state, "bytes": st.decl.bytes,
+                       "provider": st.decl.provider, "dest": st.decl.dest,
+                       "declared_in": st.decl.where} for st in states],
+            "invalid": [{"assets_kv": kv, "error": err} for kv, err in bad],
+            "present": len(packs) - missing,
+        })
+        return 1 if (missing or bad) else 0
+    for st in states:
+        d = st.decl
         print(f"{st.state:8s} {d.label:24s} {d.bytes:>12d} B  {_rel(d.dest)}  ({_rel(d.where)})")
     if packs:
         print(f"{len(packs) - missing} of {len(packs)} packs present")
@@ -58,7 +70,8 @@ def _cmd_pull(args: argparse.Namespace) -> int:
             how = f"{r.linked} linked" + (f", {r.copied} copied" if r.copied else "")
             print(f"pulled   {d.label} -> {_rel(d.dest)} ({r.downloaded} bytes fetched, {how})")
 
-    results = pull_packs(packs, force=args.force, env_file=args.env_file, on_result=show)
+    results = pull_packs(packs, force=args.force, env_file=args.env_file, on_result=show,
+                         fetch_options={"progress": bool(getattr(args, "progress", False))})
     failed = [r.decl.label for r in results if r.state == "failed"] + [kv for kv, _ in bad]
     if failed:
         print(f"{len(failed)} failed: {', '.join(failed)}", file=sys.stderr)
@@ -95,4 +108,6 @@ def register(subparsers: Any) -> None:
                        help="dotenv file for the catalog URL and key (provider=catalog)")
         if name == "pull":
             p.add_argument("--force", action="store_true", help="re-fetch even if present")
-        p.set_defaults(func=func)
+        if name == "status":
+            p.add_argument("--json", action="store_true", help="print the packs as JSON")
+        p.set_defaults(func=func, extras=("remote",))

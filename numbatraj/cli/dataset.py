@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
+
+from numbatraj.cli._common import print_json, print_table
 
 __all__ = ["register"]
 
@@ -65,13 +66,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
     with RemoteCatalog.from_env(args.env_file) as cat:
         rows = list_recordings(cat, args.project)
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print_json(rows)
         return 0
-    table: list[tuple[str, ...]] = [("dataset", "files", "bytes", "episodes", "frames")]
-    table += [tuple("-" if r.get(k) is None else str(r[k]) for k in table[0]) for r in rows]
-    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
-    for r in table:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    print_table(("dataset", "files", "bytes", "episodes", "frames"), rows)
     return 0
 
 
@@ -91,6 +88,7 @@ def register(subparsers: Any) -> None:
                            "$NUMBATRAJ_PROJECTS/<project>/datasets/<dataset>, projects/...)")
         p.add_argument("--env-file", default=".env",
                        help="dotenv with the catalog URL and key (and NUMBATRAJ_PROJECTS)")
+        p.set_defaults(extras=("remote",))
         return p
 
     push = common("push", "offer every file; upload what the service lacks; metadata last")
@@ -101,5 +99,5 @@ def register(subparsers: Any) -> None:
     pull.add_argument("--dest", default=None, help="default: the dataset directory")
     pull.set_defaults(func=_cmd_pull)
     lst = common("list", "datasets of a project on the service", dataset=False)
-    lst.add_argument("--json", action="store_true")
+    lst.add_argument("--json", action="store_true", help="print the datasets as JSON")
     lst.set_defaults(func=_cmd_list)

@@ -1,5 +1,7 @@
 """``numbatraj import <format>`` subcommands for LIBERO, LAFAN1, D4RL, Minari, robomimic and
-Diffusion Policy zarr.  Thin: each parses its arguments and calls one importer."""
+Diffusion Policy zarr.  Thin: each parses its arguments and calls one importer.
+
+Every one reads ``numbatraj import FORMAT SOURCE [--out PATH] [--overwrite]``."""
 
 from __future__ import annotations
 
@@ -18,48 +20,57 @@ def _done(path: str) -> int:
     return 0
 
 
+def _bar(a: argparse.Namespace) -> bool:
+    return bool(getattr(a, "progress", False))
+
+
 def _libero(a: argparse.Namespace) -> int:
     from numbatraj.importers.libero import import_libero
 
     flip: Any = {"none": False}.get(a.flip_images, a.flip_images)
     return _done(import_libero(a.suite_dir, a.out, images=not a.no_images, demos_per_task=a.demos,
-                               flip_images=flip, overwrite=a.overwrite))
+                               flip_images=flip, overwrite=a.overwrite,
+                               show_progress=_bar(a)))
 
 
 def _lafan(a: argparse.Namespace) -> int:
     from numbatraj.importers.lafan import import_lafan_g1
 
-    return _done(import_lafan_g1(a.paths, a.out, overwrite=a.overwrite))
+    return _done(import_lafan_g1(a.paths, a.out, overwrite=a.overwrite, show_progress=_bar(a)))
 
 
 def _d4rl(a: argparse.Namespace) -> int:
     from numbatraj.importers.d4rl import import_d4rl
 
-    return _done(import_d4rl(a.path, a.out, drop_tail=a.drop_tail, overwrite=a.overwrite))
+    return _done(import_d4rl(a.path, a.out, drop_tail=a.drop_tail, overwrite=a.overwrite,
+                             show_progress=_bar(a)))
 
 
 def _minari(a: argparse.Namespace) -> int:
     from numbatraj.importers.minari import import_minari
 
-    return _done(import_minari(a.path, a.out, overwrite=a.overwrite))
+    return _done(import_minari(a.path, a.out, overwrite=a.overwrite, show_progress=_bar(a)))
 
 
 def _robomimic(a: argparse.Namespace) -> int:
     from numbatraj.importers.robomimic import import_robomimic
 
     return _done(import_robomimic(a.path, a.out, filter_key=a.filter_key,
-                                  images=not a.no_images, overwrite=a.overwrite))
+                                  images=not a.no_images, overwrite=a.overwrite,
+                                  show_progress=_bar(a)))
 
 
 def _dp(a: argparse.Namespace) -> int:
     from numbatraj.importers.diffusion_policy import import_diffusion_policy
 
-    return _done(import_diffusion_policy(a.path, a.out, overwrite=a.overwrite))
+    return _done(import_diffusion_policy(a.path, a.out, overwrite=a.overwrite,
+                                         show_progress=_bar(a)))
 
 
 def _common(p: argparse.ArgumentParser, default: str) -> None:
     p.add_argument("--out", default=None, help=f"destination store (default: {default})")
     p.add_argument("--overwrite", action="store_true", help="replace an existing store")
+    p.set_defaults(extras=("importers",))
 
 
 def register(subparsers: Any) -> None:

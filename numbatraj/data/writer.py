@@ -409,9 +409,13 @@ class TrajectoryStoreWriter:
             ``ep_offset``, ``__manifest__``) or start with ``__``; the arrays must be numeric
             or bool.  They are not columns: the manifest does not list them.
 
-        Raises :class:`EpisodeError` (and stays open) when the columns are out of step or
-        rows were appended after the last :meth:`end_episode`; :class:`SchemaError` (and
-        stays open) for a bad ``datasets`` entry.
+        Raises
+        ------
+        EpisodeError
+            The columns are out of step, or rows were appended after the last
+            :meth:`end_episode` (the writer stays open).
+        SchemaError
+            A bad ``datasets`` entry (the writer stays open).
         """
         if self._failed is not None:
             self._require_open()  # raises: a failed writer never publishes

@@ -3,21 +3,30 @@
 
 Finding a dataset
 -----------------
-Places are tried in this order, so a dataset that a Python tool already pulled is reused:
+The revision defaults to ``v3.0``, the tag LeRobot 0.6 reads and pushes, falling back to
+``main`` when that tag is absent (in a cache and on the Hub alike; the fallback is logged).
+Places are tried in this order, every one before any network, so a dataset that LeRobot or
+another Python tool already pulled is reused:
 
-1. numbatraj's own cache, ``$NUMBATRAJ_CACHE/lerobot/<Org>__<name>`` (default cache
-   ``~/.cache/numbatraj``; ``<Org>__<name>@<revision>`` when a revision is asked for);
-2. LeRobot's home, ``$HF_LEROBOT_HOME/<Org>/<name>`` (default ``$HF_HOME/lerobot``), only when
-   no revision is asked for, since it records none;
-3. the huggingface_hub cache, ``$HF_HUB_CACHE`` or ``$HF_HOME/hub``:
-   ``datasets--<Org>--<name>/snapshots/<commit>/``, the commit found through
-   ``refs/<revision>`` (default ``main``) or given directly as a 40-hex revision;
-4. a download with huggingface_hub (the ``hub`` extra) into numbatraj's cache.  It goes to a
-   temporary directory beside the final one (:func:`numbatraj.io.atomic.temp_path`) put in
-   place by :func:`numbatraj.io.atomic.replace_dir` only when every file has arrived, so an
-   interrupted download never leaves a directory that looks complete.
+1. numbatraj's former download directory, ``<cache>/lerobot/<Org>__<name>``
+   (:func:`numbatraj.io.cache.cache_dir`; ``<Org>__<name>@<revision>`` for a revision);
+2. LeRobot's home, ``$HF_LEROBOT_HOME/<Org>/<name>`` (default ``$HF_HOME/lerobot``): where
+   LeRobot records and where it kept ``local_dir`` downloads.  Only when no revision is asked
+   for, since it records none;
+3. LeRobot 0.6's own revision-safe hub cache, ``$HF_LEROBOT_HOME/hub``;
+4. the shared huggingface_hub cache, ``$HF_HUB_CACHE`` (default ``$HF_HOME/hub``).
 
-A place counts only when it holds ``meta/info.json``.
+In the two hub caches the layout is huggingface_hub's:
+``datasets--<Org>--<name>/snapshots/<commit>/``, the commit found through
+``refs/<revision>`` or given directly as a 40-hex revision, and a snapshot counts only when
+every data and video file its episode table names is there (an interrupted download leaves
+``meta/`` first).  A directory counts only when it holds ``meta/info.json``.
+
+5. Otherwise a download with ``huggingface_hub.snapshot_download`` (the ``hub`` extra) into
+   the shared cache, where the next tool finds it.  ``HF_HUB_OFFLINE`` is honoured (nothing
+   is fetched; the error lists the places tried), and so are ``HF_ENDPOINT`` and the token
+   (``HF_TOKEN``, or the hf CLI's login).  huggingface_hub writes blobs under temporary names
+   and links a snapshot file only once it is complete.
 
 Pushing a directory
 -------------------
@@ -45,9 +54,9 @@ from __future__ import annotations
 
 import glob
 import json
+import logging
 import os
 import re
-import shutil
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,9 +66,9 @@ from numbatraj.errors import (
     DownloadError,
     HubPushError,
     LeRobotFormatError,
-    NumbatrajError,
 )
-from numbatraj.io.atomic import discard, is_temp_name, replace_dir, temp_path
+from numbatraj.io.atomic import is_temp_name
+from numbatraj.io.cache import cache_dir
 from numbatraj.io.dotenv import read_dotenv
 from numbatraj.io.parquet import read_parquet
 
@@ -72,6 +81,7 @@ __all__ = [
     "collect_files",
     "dataset_card",
     "default_store_path",
+    "hub_caches",
     "local_dataset_dir",
     "push_lerobot_dataset",
     "resolve_dataset_root",
@@ -81,6 +91,7 @@ __all__ = [
 _REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _MARKER = os.path.join("meta", "info.json")
+log = logging.getLogger(__name__)
 
 
 def _check_repo(repo_id: str) -> tuple[str, str]:
@@ -90,15 +101,9 @@ def _check_repo(repo_id: str) -> tuple[str, str]:
     return org, name
 
 
-def cache_dir() -> str:
-    """numbatraj's cache root: ``$NUMBATRAJ_CACHE`` or ``~/.cache/numbatraj``."""
-    return os.environ.get("NUMBATRAJ_CACHE") or os.path.join(
-        os.path.expanduser("~"), ".cache", "numbatraj"
-    )
-
-
 def local_dataset_dir(repo_id: str, revision: str | None = None) -> str:
-    """Where numbatraj keeps (or downloads) ``repo_id``: ``<cache>/lerobot/<Org>__<name>``."""
+    """numbatraj's former download directory for ``repo_id``: ``<cache>/lerobot/<Org>__<name>``
+    (still looked in first, so datasets fetched by numbatraj 0.1 are reused)."""
     org, name = _check_repo(repo_id)
     leaf = f"{org}__{name}" + (f"@{revision}" if revision else "")
     return os.path.join(cache_dir(), "lerobot", leaf.replace("/", "_"))
@@ -111,19 +116,31 @@ def default_store_path(repo_id: str, height: int, width: int) -> str:
 
 
 def _hf_home() -> str:
-    return os.environ.get("HF_HOME") or os.path.join(
-        os.path.expanduser("~"), ".cache", "huggingface"
+    return os.path.expanduser(os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "huggingface",
+    ))
+
+
+def _lerobot_home() -> str:
+    return os.path.expanduser(
+        os.environ.get("HF_LEROBOT_HOME") or os.path.join(_hf_home(), "lerobot")
     )
 
 
-def _hub_snapshot(repo_id: str, revision: str | None) -> str | None:
-    hub = os.environ.get("HF_HUB_CACHE") or os.path.join(_hf_home(), "hub")
+def hub_caches() -> list[str]:
+    """The huggingface_hub cache directories looked in: LeRobot 0.6's
+    (``$HF_LEROBOT_HOME/hub``) and the shared one (``$HF_HUB_CACHE`` or ``$HF_HOME/hub``)."""
+    shared = os.path.expanduser(os.environ.get("HF_HUB_CACHE") or os.path.join(_hf_home(), "hub"))
+    return [os.path.join(_lerobot_home(), "hub"), shared]
+
+
+def _hub_snapshot(hub: str, repo_id: str, revision: str) -> str | None:
     org, name = _check_repo(repo_id)
     repo_dir = os.path.join(hub, f"datasets--{org}--{name}")
-    rev = revision or "main"
-    if _COMMIT.match(rev):
-        return os.path.join(repo_dir, "snapshots", rev)
-    ref = os.path.join(repo_dir, "refs", *rev.split("/"))
+    if _COMMIT.match(revision):
+        return os.path.join(repo_dir, "snapshots", revision)
+    ref = os.path.join(repo_dir, "refs", *revision.split("/"))
     try:
         with open(ref, encoding="utf-8") as fh:
             commit = fh.read().strip()
@@ -134,44 +151,72 @@ def _hub_snapshot(repo_id: str, revision: str | None) -> str | None:
     return os.path.join(repo_dir, "snapshots", commit)
 
 
+def _revisions(revision: str | None) -> list[str]:
+    return [revision] if revision else [S.CODEBASE_VERSION, "main"]
+
+
+def _candidates(repo_id: str, revision: str | None) -> list[tuple[str, str | None, bool]]:
+    """``(directory, revision it stands for, is a hub snapshot)`` in search order."""
+    org, name = _check_repo(repo_id)
+    out: list[tuple[str, str | None, bool]] = [(local_dataset_dir(repo_id, revision), revision,
+                                                False)]
+    if revision is None:
+        out.append((os.path.join(_lerobot_home(), org, name), None, False))
+    for rev in _revisions(revision):
+        for hub in hub_caches():
+            snap = _hub_snapshot(hub, repo_id, rev)
+            if snap is not None and all(snap != p for p, _, _ in out):
+                out.append((snap, rev, True))
+    return out
+
+
 def candidate_roots(repo_id: str, revision: str | None = None) -> list[str]:
     """The directories :func:`resolve_dataset_root` looks in, in order (some may not exist)."""
-    org, name = _check_repo(repo_id)
-    places = [local_dataset_dir(repo_id, revision)]
-    if revision is None:
-        lerobot_home = os.environ.get("HF_LEROBOT_HOME") or os.path.join(_hf_home(), "lerobot")
-        places.append(os.path.join(lerobot_home, org, name))
-    snap = _hub_snapshot(repo_id, revision)
-    if snap is not None:
-        places.append(snap)
-    return places
+    return [place for place, _, _ in _candidates(repo_id, revision)]
 
 
-def _download(repo_id: str, revision: str | None, dest: str) -> str:
+def _complete(place: str, snapshot: bool) -> bool:
+    if not os.path.isfile(os.path.join(place, _MARKER)):
+        return False
+    if not snapshot:
+        return True
+    try:
+        used, _ = _referenced(place)
+    except Exception:  # unreadable metadata: not a usable snapshot
+        return False
+    return all(os.path.isfile(os.path.join(place, rel)) for rel in used)
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _download(repo_id: str, revision: str | None) -> str:
     try:
         from huggingface_hub import snapshot_download
-    except ImportError as exc:  # pragma: no cover - the hub extra is installed in CI
+        from huggingface_hub.errors import RevisionNotFoundError
+    except ImportError as exc:
         raise DownloadError(
             f"downloading {repo_id!r} needs huggingface_hub: pip install 'numbatraj[hub]'"
         ) from exc
-    parent = os.path.dirname(dest)
-    os.makedirs(parent, exist_ok=True)
-    partial = temp_path(dest)  # <dest>.<16 hex>.tmp, a directory here
-    try:
-        snapshot_download(repo_id, repo_type="dataset", revision=revision, local_dir=partial)
-        if not os.path.isfile(os.path.join(partial, _MARKER)):
-            raise DownloadError(f"{repo_id!r} (revision {revision or 'main'}) has no {_MARKER}")
-        shutil.rmtree(os.path.join(partial, ".cache"), ignore_errors=True)
-        replace_dir(partial, dest)  # a leftover without meta/info.json is replaced
-    except BaseException as exc:
-        discard(partial)
-        if isinstance(exc, NumbatrajError) or not isinstance(exc, Exception):
-            raise
-        raise DownloadError(
-            f"downloading {repo_id!r} (revision {revision or 'main'}) failed: "
-            f"{type(exc).__name__}: {exc}"
-        ) from exc
-    return dest
+    revs = _revisions(revision)
+    for i, rev in enumerate(revs):
+        try:
+            root = str(snapshot_download(repo_id, repo_type="dataset", revision=rev))
+        except RevisionNotFoundError as exc:
+            if i + 1 < len(revs):
+                log.info("%s has no %s tag; using %s", repo_id, rev, revs[i + 1])
+                continue
+            raise DownloadError(f"{repo_id!r} has no revision {rev!r}: {exc}") from exc
+        except Exception as exc:
+            raise DownloadError(
+                f"downloading {repo_id!r} (revision {rev}) failed: {type(exc).__name__}: {exc}"
+            ) from exc
+        if not os.path.isfile(os.path.join(root, _MARKER)):
+            raise DownloadError(f"{repo_id!r} (revision {rev}) has no {_MARKER}")
+        log.info("%s@%s downloaded to %s", repo_id, rev, root)
+        return root
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def resolve_dataset_root(
@@ -184,28 +229,35 @@ def resolve_dataset_root(
     repo_id : str
         ``ORG/NAME``.
     revision : str, optional
-        Branch, tag or commit; ``None`` means the default branch.
+        Branch, tag or commit; ``None`` means ``v3.0``, else ``main``.
     allow_download : bool
-        When false, a dataset found nowhere raises instead of being fetched.
+        When false (or with ``HF_HUB_OFFLINE=1``), a dataset found nowhere raises instead of
+        being fetched.
 
     Raises
     ------
     DatasetNotFoundError
-        Not on disk and ``allow_download`` is false (the message lists the places tried).
+        Not on disk and downloading is off (the message lists the places tried).
     DownloadError
-        The download failed; nothing is left under the cache's final name.
+        The download failed.
     """
-    places = candidate_roots(repo_id, revision)
-    for place in places:
-        if os.path.isfile(os.path.join(place, _MARKER)):
+    found = _candidates(repo_id, revision)
+    for place, rev, snapshot in found:
+        if _complete(place, snapshot):
+            if revision is None and rev is not None and rev != S.CODEBASE_VERSION:
+                log.info("%s: no %s tag in the cache; using %s", repo_id, S.CODEBASE_VERSION,
+                         rev)
+            log.debug("%s found at %s", repo_id, place)
             return place
-    if not allow_download:
+    places = [place for place, _, _ in found]
+    if not allow_download or _offline():
+        why = "downloading is off" if not allow_download else "HF_HUB_OFFLINE is set"
         tried = "\n".join(f"  - {p}" for p in places)
         raise DatasetNotFoundError(
-            f"dataset {repo_id!r} (revision {revision or 'default'}) is not on disk and "
-            f"downloading is off; looked for {_MARKER} in:\n{tried}"
+            f"dataset {repo_id!r} (revision {revision or S.CODEBASE_VERSION + ' or main'}) is "
+            f"not on disk and {why}; looked for {_MARKER} in:\n{tried}"
         )
-    return _download(repo_id, revision, places[0])
+    return _download(repo_id, revision)
 
 
 # -- push ------------------------------------------------------------------------------

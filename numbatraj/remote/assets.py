@@ -33,6 +33,7 @@ from numbatraj.io.archive import (
     write_marker,
 )
 from numbatraj.io.atomic import publish_lock, remove_stale_temps, replace_dir, temp_path
+from numbatraj.io.cache import cache_dir
 from numbatraj.io.download import fetch
 from numbatraj.remote._assets_kv import PackDecl, find_assets_kv, parse_assets_kv
 from numbatraj.remote._assets_source import describe_source, resolve_source
@@ -53,11 +54,9 @@ DEFAULT_MAX_MEMBER_BYTES = 16 << 30
 
 
 def asset_cache_dir(env: Mapping[str, str] | None = None) -> str:
-    """``$NUMBATRAJ_CACHE/assets``, or ``~/.cache/numbatraj/assets``."""
-    env = os.environ if env is None else env
-    root = env.get("NUMBATRAJ_CACHE") or os.path.join(
-        os.path.expanduser("~"), ".cache", "numbatraj"
-    )
+    """``<cache>/assets``: ``NUMBATRAJ_CACHE`` from ``env`` when it is set there, else
+    :func:`numbatraj.io.cache.cache_dir` (``$NUMBATRAJ_CACHE``, else the user cache dir)."""
+    root = (env or {}).get("NUMBATRAJ_CACHE") or cache_dir()
     return os.path.join(root, "assets")
 
 

@@ -808,3 +808,17 @@ class StoreReplay(ReplayFront):
 
     def _host_rows(self) -> StoreReplay:
         return self
+
+    @classmethod
+    def from_spaces(cls, observation_space: Any, action_space: Any, capacity: int, *,
+                    next_obs: bool = True, **kwargs: Any) -> StoreReplay:
+        """A replay for a Gymnasium env: columns from its spaces
+        (:func:`numbatraj.data.spaces.columns_from_spaces`: obs, action, reward, done,
+        truncated) plus ``next_obs`` (``next_obs.<key>`` for Dict / Tuple) unless
+        ``next_obs=False``; ``kwargs`` go to the constructor."""
+        from numbatraj.data.spaces import columns_from_spaces, space_columns
+
+        extra = {c.name: (c.dtype, c.shape)
+                 for c in (space_columns(observation_space, "next_obs") if next_obs else [])}
+        return cls(columns_from_spaces(observation_space, action_space, extra=extra),
+                   capacity, **kwargs)

@@ -94,6 +94,8 @@ class BatchLoader:
     images : {"uint8", "float"}
         ``"float"`` returns uint8 image columns as float32 in [0, 1] (``x / 255``).
 
+    Notes
+    -----
     Each batch is a dict: one entry per key (``(B, ...)``, or ``(B, T, ...)`` for a key with
     deltas), ``"<key>_is_pad"`` for each key with deltas, ``"index"`` (int64 store row of the
     current frame) and ``"episode_index"`` (int64 episode ordinal).  ``iter(loader)`` yields

@@ -1,4 +1,6 @@
-"""resolve_dataset_root: each cache layout built by hand, the search order, downloads."""
+"""resolve_dataset_root: each cache layout built by hand (numbatraj's, LeRobot 0.6's home and
+hub cache, the shared huggingface_hub cache), the search order, v3.0 then main, offline,
+downloads into the shared cache; cache_dir()."""
 
 from __future__ import annotations
 
@@ -8,12 +10,10 @@ import os
 import pytest
 
 from numbatraj.errors import DownloadError
-from numbatraj.io.atomic import is_temp_name
 from numbatraj.lerobot import hub
 from numbatraj.lerobot.hub import (
     DatasetNotFoundError,
     default_store_path,
-    local_dataset_dir,
     resolve_dataset_root,
 )
 
@@ -31,7 +31,8 @@ def _dataset(path, tag):
 
 @pytest.fixture
 def homes(tmp_path, monkeypatch):
-    for var in ("NUMBATRAJ_CACHE", "HF_LEROBOT_HOME", "HF_HUB_CACHE", "HF_HOME"):
+    for var in ("NUMBATRAJ_CACHE", "HF_LEROBOT_HOME", "HF_HUB_CACHE", "HF_HOME", "HF_HUB_OFFLINE",
+                "XDG_CACHE_HOME"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("NUMBATRAJ_CACHE", str(tmp_path / "nt"))
@@ -106,41 +107,89 @@ def test_bad_repo_id(homes):
             resolve_dataset_root(bad, allow_download=False)
 
 
-def test_download_goes_through_a_partial_directory(homes, monkeypatch):
+def _fake_hub(homes, tags):
+    """A snapshot_download stand-in writing huggingface_hub's cache layout under
+    $HF_HUB_CACHE for the revisions in ``tags``; records each call's arguments."""
+    from huggingface_hub.errors import RevisionNotFoundError
+
+    calls = []
+
+    def fake(repo_id, *, repo_type, revision, **kw):
+        calls.append(dict(repo_id=repo_id, repo_type=repo_type, revision=revision, **kw))
+        if revision not in tags:
+            raise RevisionNotFoundError(f"no revision {revision}", response=_Resp())
+        return _hub_snapshot(str(homes / "hub"), tags[revision], ref=revision)
+
+    return fake, calls
+
+
+class _Resp:
+    status_code = 404
+    headers: dict = {}
+    request = None
+
+    def json(self):
+        return {}
+
+
+def test_download_goes_to_the_shared_hub_cache(homes, monkeypatch):
     import huggingface_hub
 
-    seen = {}
-
-    def fake(repo_id, *, repo_type, revision, local_dir):
-        seen.update(repo_id=repo_id, repo_type=repo_type, revision=revision, local_dir=local_dir)
-        assert is_temp_name(local_dir)
-        _dataset(local_dir, "downloaded")
-        os.makedirs(os.path.join(local_dir, ".cache", "huggingface"))
-        return local_dir
-
+    fake, calls = _fake_hub(homes, {"v3.0": COMMIT})
     monkeypatch.setattr(huggingface_hub, "snapshot_download", fake)
-    root = resolve_dataset_root(REPO, revision="v3.0")
-    assert root == local_dataset_dir(REPO, "v3.0")
-    assert seen["repo_type"] == "dataset" and seen["revision"] == "v3.0"
-    assert json.load(open(os.path.join(root, "meta", "info.json")))["tag"] == "downloaded"
-    assert not os.path.exists(os.path.join(root, ".cache"))
-    assert os.listdir(os.path.dirname(root)) == [os.path.basename(root)]
-    # now cached: found without downloading
-    assert resolve_dataset_root(REPO, revision="v3.0", allow_download=False) == root
+    root = resolve_dataset_root(REPO)
+    assert root == str(homes / "hub" / "datasets--DenisLabs--record-test" / "snapshots" / COMMIT)
+    assert calls == [dict(repo_id=REPO, repo_type="dataset", revision="v3.0")]  # no local_dir
+    assert not os.path.exists(homes / "nt" / "lerobot")  # nothing copied into numbatraj's cache
+    assert resolve_dataset_root(REPO, allow_download=False) == root  # found, no network
 
 
-def test_interrupted_download_leaves_nothing_that_looks_complete(homes, monkeypatch):
+def test_default_revision_falls_back_to_main_and_says_so(homes, monkeypatch, caplog):
     import huggingface_hub
 
-    def dies(repo_id, *, repo_type, revision, local_dir):
-        _dataset(local_dir, "half")
+    fake, calls = _fake_hub(homes, {"main": OTHER})
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake)
+    with caplog.at_level("INFO", logger="numbatraj"):
+        root = resolve_dataset_root(REPO)
+    assert root.endswith(OTHER) and [c["revision"] for c in calls] == ["v3.0", "main"]
+    assert "no v3.0 tag; using main" in caplog.text
+    caplog.clear()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # offline: the cache's main, said in the log
+    with caplog.at_level("INFO", logger="numbatraj"):
+        assert resolve_dataset_root(REPO) == root
+    assert "no v3.0 tag in the cache; using main" in caplog.text
+
+
+def test_v3_tag_wins_over_main_in_the_cache(homes):
+    _hub_snapshot(str(homes / "hub"), OTHER, ref="main")
+    tagged = _hub_snapshot(str(homes / "hub"), COMMIT, ref="v3.0")
+    assert resolve_dataset_root(REPO, allow_download=False) == tagged
+
+
+def test_lerobot_06_hub_cache_is_found(homes):
+    snap = _hub_snapshot(str(homes / "lerobot" / "hub"), COMMIT, ref="v3.0")
+    assert resolve_dataset_root(REPO, allow_download=False) == snap
+
+
+def test_offline_never_downloads(homes, monkeypatch):
+    import huggingface_hub
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub, "snapshot_download",
+                        lambda *a, **k: pytest.fail("downloaded while offline"))
+    with pytest.raises(DatasetNotFoundError, match="HF_HUB_OFFLINE"):
+        resolve_dataset_root(REPO)
+
+
+def test_failed_download_is_a_download_error(homes, monkeypatch):
+    import huggingface_hub
+
+    def dies(repo_id, **k):
         raise ConnectionError("connection reset after 3 files")
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", dies)
     with pytest.raises(DownloadError, match="connection reset"):
         resolve_dataset_root(REPO)
-    parent = os.path.dirname(local_dataset_dir(REPO))
-    assert os.listdir(parent) == []
     with pytest.raises(DatasetNotFoundError):
         resolve_dataset_root(REPO, allow_download=False)
 
@@ -148,12 +197,39 @@ def test_interrupted_download_leaves_nothing_that_looks_complete(homes, monkeypa
 def test_download_without_info_json_is_refused(homes, monkeypatch):
     import huggingface_hub
 
-    monkeypatch.setattr(
-        huggingface_hub, "snapshot_download", lambda repo_id, **k: os.makedirs(k["local_dir"])
-    )
+    empty = homes / "hub" / "empty"
+    empty.mkdir(parents=True)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda repo_id, **k: str(empty))
     with pytest.raises(DownloadError, match="meta/info.json"):
         resolve_dataset_root(REPO)
-    assert os.listdir(os.path.dirname(local_dataset_dir(REPO))) == []
+
+
+def test_snapshot_missing_a_referenced_file_does_not_count(homes):
+    pytest.importorskip("pyarrow")
+    from tests.lerobot.lerobot_fixtures import adversarial_spec, write_dataset
+
+    repo = homes / "hub" / "datasets--DenisLabs--record-test"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "v3.0").write_text(COMMIT)
+    snap = write_dataset(repo / "snapshots" / COMMIT, adversarial_spec())
+    assert resolve_dataset_root(REPO, allow_download=False) == str(snap)
+    data = sorted((repo / "snapshots" / COMMIT / "data").rglob("*.parquet"))
+    data[0].unlink()  # an interrupted download: meta/ arrived, a data file did not
+    with pytest.raises(DatasetNotFoundError):
+        resolve_dataset_root(REPO, allow_download=False)
+
+
+def test_cache_dir_honours_xdg_and_numbatraj_cache(homes, monkeypatch):
+    from numbatraj.io.cache import cache_dir
+
+    assert cache_dir() == str(homes / "nt")
+    monkeypatch.delenv("NUMBATRAJ_CACHE")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(homes / "xdg"))
+    assert cache_dir() == str(homes / "xdg" / "numbatraj")
+    assert default_store_path(REPO, 24, 32).startswith(str(homes / "xdg" / "numbatraj"))
+    from numbatraj.remote.assets import asset_cache_dir
+
+    assert asset_cache_dir() == str(homes / "xdg" / "numbatraj" / "assets")
 
 
 def test_default_store_path(homes):
@@ -161,19 +237,3 @@ def test_default_store_path(homes):
         homes / "nt" / "stores" / "DenisLabs__record-test_240x320.h5"
     )
     assert hub.cache_dir() == str(homes / "nt")
-
-
-def test_download_replaces_a_leftover_without_info_json(homes, monkeypatch):
-    import huggingface_hub
-
-    dest = local_dataset_dir(REPO)
-    os.makedirs(os.path.join(dest, "data"))
-    open(os.path.join(dest, "data", "stale.parquet"), "w").close()  # no meta/info.json
-    monkeypatch.setattr(
-        huggingface_hub, "snapshot_download",
-        lambda repo_id, **k: _dataset(k["local_dir"], "fresh"),
-    )
-    assert resolve_dataset_root(REPO) == dest
-    assert json.load(open(os.path.join(dest, "meta", "info.json")))["tag"] == "fresh"
-    assert not os.path.exists(os.path.join(dest, "data", "stale.parquet"))
-    assert os.listdir(os.path.dirname(dest)) == [os.path.basename(dest)]
