@@ -93,6 +93,8 @@ def test_dp_blosc_store_chunk_boundaries_and_key_subset(tmp_path, rng):
     make_dp_zarr_blosc(src, rng, lengths)
     out = tmp_path / "o.h5"
     import_diffusion_policy(src, out, keys=["state", "img"])
+    with TrajectoryStore(out) as s:
+        assert "data/action" in s.manifest["attr.skipped"].split(",")  # left out by keys=
     g = zarr.open_group(str(src), mode="r")
     ends = list(g["meta"]["episode_ends"][:])
     expected = {}
