@@ -20,6 +20,7 @@ import numpy as np
 
 from numbatraj._version import __version__
 from numbatraj.data.column import ColumnSpec
+from numbatraj.data.stats import compute_stats, stats_datasets
 from numbatraj.data.writer import TrajectoryStoreWriter
 from numbatraj.errors import SourceFormatError
 from numbatraj.io.atomic import publish_lock
@@ -36,6 +37,9 @@ __all__ = [
     "scalar_attrs",
     "sorted_natural",
     "source_attrs",
+    "close_with_stats",
+    "stats_columns",
+    "store_stats",
 ]
 
 T = TypeVar("T")
@@ -137,6 +141,96 @@ def progress(items: Sequence[T], desc: str, enabled: bool | None = None) -> Iter
     yield from items
 
 
+def stats_columns(columns: Mapping[str, ColumnSpec]) -> list[str]:
+    """The columns that get statistics: numeric (bool/int/float), not images.
+
+    Image columns -- ``uint8`` with a row of two or more dimensions (``images``, ``pixels``,
+    camera columns such as ``obs.agentview_image``) -- are skipped: their per-pixel moments
+    are not what a policy normalises with.  Bool columns are included (their statistics are
+    those of the column as ``uint8``: ``mean`` is the fraction of true rows).
+    """
+    out = []
+    for name, spec in columns.items():
+        dt = np.dtype(spec.dtype)
+        if dt.kind not in "biuf":
+            continue
+        if dt == np.uint8 and len(spec.shape) >= 2:
+            continue
+        out.append(name)
+    return out
+
+
+#: Memory the statistics of one column may use at close: the column is read back in row
+#: slabs and its elements in groups so that the float64 copies stay near this bound.
+_STATS_BYTES = 64 << 20
+
+
+def _column_stats(writer: TrajectoryStoreWriter, name: str, n: int) -> dict[str, np.ndarray]:
+    spec = writer.columns[name]
+    shape = tuple(spec.shape)
+    size = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    itemsize = np.dtype(spec.dtype).itemsize
+    slab = max(1, _STATS_BYTES // max(1, size * itemsize))
+    group = max(1, _STATS_BYTES // (3 * 8 * n))  # compute_stats' float64 copies of a buffer
+
+    def read(lo: int, hi: int) -> np.ndarray:
+        col = writer.read_range(name, lo, hi)
+        return col.view(np.uint8) if col.dtype == np.bool_ else col
+
+    if group >= size and n <= slab:
+        return compute_stats(read(0, n))
+    parts: dict[str, list[np.ndarray]] = {}
+    count = np.asarray(n, np.int64)
+    for g0 in range(0, size, group):
+        g1 = min(size, g0 + group)
+        buf = np.empty((n, g1 - g0), np.uint8 if spec.dtype == np.bool_ else spec.dtype)
+        for lo in range(0, n, slab):
+            hi = min(n, lo + slab)
+            buf[lo:hi] = read(lo, hi).reshape(hi - lo, size)[:, g0:g1]
+        for key, value in compute_stats(buf).items():
+            if key != "count":
+                parts.setdefault(key, []).append(value)
+        del buf
+    out = {key: np.concatenate(v).reshape(shape) for key, v in parts.items()}
+    out["count"] = count
+    return out
+
+
+def store_stats(writer: TrajectoryStoreWriter) -> dict[str, np.ndarray]:
+    """``stats/<column>/<stat>`` datasets for the columns :func:`stats_columns` selects.
+
+    The values of :func:`~numbatraj.data.stats.compute_stats` over the rows written so far,
+    read back from the open writer (:meth:`~TrajectoryStoreWriter.read_range`) in bounded
+    slabs; columns without rows get none.
+    """
+    stats = {}
+    n = writer.n_rows
+    if n:
+        for name in stats_columns(writer.columns):
+            stats[name] = _column_stats(writer, name, n)
+    return stats_datasets(stats)
+
+
+def close_with_stats(
+    writer: TrajectoryStoreWriter, datasets: Mapping[str, Any] | None = None
+) -> None:
+    """Close (publish) ``writer`` with :func:`store_stats` stored beside the columns.
+
+    ``stats/<column>/<stat>`` names hold a ``/``, which ``close(datasets=...)`` refuses
+    today, so the statistics go into the writer's temporary file just before ``close``:
+    still before the store is published (a failed import publishes nothing, with or
+    without them).  ``datasets`` are passed to ``close`` as given.
+    """
+    stats = store_stats(writer)
+    f = writer._file  # the open temporary file; None once closed
+    if f is None or writer._failed is not None:
+        writer.close(datasets=datasets)  # raises the writer's own error
+        return
+    for name, arr in stats.items():
+        f.create_dataset(name, data=arr)
+    writer.close(datasets=datasets)
+
+
 @contextmanager
 def open_writer(
     out: str | os.PathLike[str],
@@ -150,7 +244,9 @@ def open_writer(
 
     The store is built under a temporary name of its own and renamed when the block ends
     without error, so a failed import leaves nothing at ``out`` (and removes its temporary
-    file).  Imports of one ``out`` run one at a time: a second import waits for the first
+    file).  At close the per-column statistics of :func:`store_stats` (numeric non-image
+    columns) are written beside the columns, readable as ``TrajectoryStore.stats(column)``.
+    Imports of one ``out`` run one at a time: a second import waits for the first
     (:func:`~numbatraj.io.atomic.publish_lock`), then finds its output (``overwrite=False``:
     :class:`FileExistsError`) or replaces it.
     """
@@ -162,7 +258,7 @@ def open_writer(
             w.abort()
             raise
         try:
-            w.close()
+            close_with_stats(w)
         except BaseException:
             w.abort()
             raise

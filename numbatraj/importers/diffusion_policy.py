@@ -157,6 +157,7 @@ def import_diffusion_policy(
     try:
         ends = _episode_ends(group, path)
         data_keys = _member_names(path, "data")
+        all_keys = list(data_keys)
         if keys is not None:
             unknown = [k for k in keys if k not in data_keys]
             if unknown:
@@ -183,6 +184,10 @@ def import_diffusion_policy(
             "meta_arrays": ",".join(_member_names(path, "meta")),
             "zarr_format": str(group.metadata.zarr_format),
         })
+        skipped = [f"data/{k}" for k in all_keys if k not in data_keys]
+        skipped += [f"meta/{k}" for k in _member_names(path, "meta") if k != "episode_ends"]
+        if skipped:
+            attrs["skipped"] = ",".join(skipped)
         root_attrs = dict(group.attrs)
         if root_attrs:
             attrs["source.attrs"] = json.dumps(root_attrs, separators=(",", ":"), default=str)

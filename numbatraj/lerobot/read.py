@@ -16,9 +16,12 @@ cannot hold is an error naming it), plus the datasets ``norm_qpos_mean``,
 ``norm_qpos_std``, ``norm_action_mean`` and
 ``norm_action_std`` (float32; standard deviation floored at ``1e-2`` as ACT does), computed
 over the kept episodes and handed to the store writer's ``close(datasets=...)``, so the
-store is published once, complete.  Its manifest records the source, fps, cameras, the task
-table, the rejected episodes, and the source's fingerprint (:func:`source_fingerprint`): an
-existing output is reused only when it validates and its fingerprint matches.
+store is published once, complete.  Beside them, per-column statistics ``stats/<column>/``
+(mean, std, min, max, q01, q99, count; :mod:`numbatraj.data.stats`) for every numeric
+column except the uint8 ``images``, read back as ``TrajectoryStore.stats(column)``.  Its
+manifest records the source, fps, cameras, the task table, the rejected episodes, and the
+source's fingerprint (:func:`source_fingerprint`): an existing output is reused only when it
+validates and its fingerprint matches.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from numbatraj.data.column import ColumnSpec
 from numbatraj.data.pipelined import PipelinedAppender
 from numbatraj.data.writer import TrajectoryStoreWriter
 from numbatraj.errors import DatasetExistsError, EpisodeError, LeRobotFormatError, SchemaError
+from numbatraj.importers._common import close_with_stats
 from numbatraj.io.atomic import SYNC_EVERY_BYTES, publish_lock
 from numbatraj.io.diskspace import require_free_space
 from numbatraj.lerobot._plan import DatasetPlan, load_plan
@@ -338,7 +342,7 @@ def import_lerobot_v3(
         try:
             with _progress(plan.n_kept_frames, shown is not False, os.path.basename(out)) as bar:
                 _write_rows(plan, writer, height, width, bar)
-            writer.close(datasets=norm_stats(writer))
+            close_with_stats(writer, norm_stats(writer))
         except BaseException:
             writer.abort()
             raise

@@ -327,3 +327,34 @@ def peak_traced_bytes(fn: Callable[[], Any]) -> int:
         return tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
+
+
+def check_store_stats(out) -> list[str]:
+    """Every numeric non-image column of the store at ``out`` has ``stats(col)`` equal to
+    ``compute_stats`` of the column as loaded (bool as uint8); image columns have none.
+    Returns the columns checked."""
+
+    from numbatraj import TrajectoryStore
+    from numbatraj.data.stats import STAT_NAMES, compute_stats
+    from numbatraj.errors import SchemaError
+
+    checked = []
+    with TrajectoryStore(out) as s:
+        for name in s.columns:
+            spec = s.spec(name)
+            col = s.load_column(name)
+            if np.dtype(spec.dtype) == np.uint8 and len(spec.shape) >= 2:
+                try:
+                    s.stats(name)
+                except SchemaError:
+                    continue
+                raise AssertionError(f"image column {name!r} has statistics")
+            got = s.stats(name)
+            want = compute_stats(col.view(np.uint8) if col.dtype == np.bool_ else col)
+            assert sorted(got) == sorted(STAT_NAMES), (name, sorted(got))
+            for key in STAT_NAMES:
+                np.testing.assert_allclose(got[key], want[key], rtol=1e-12, atol=0,
+                                           err_msg=f"{name}/{key}")
+            checked.append(name)
+    assert checked, "no column has statistics"
+    return checked

@@ -19,7 +19,8 @@ from numbatraj import TrajectoryStore, validate_store  # noqa: E402
 from numbatraj.cli import main  # noqa: E402
 from numbatraj.importers._common import SourceFormatError  # noqa: E402
 from numbatraj.importers.diffusion_policy import import_diffusion_policy  # noqa: E402
-from tests.importers.format_fixtures import (  # noqa: E402
+from tests.importers.format_fixtures import (
+    check_store_stats,  # noqa: E402
     make_dp_zarr_blosc,
     make_dp_zarr_raw,
     peak_traced_bytes,
@@ -64,6 +65,7 @@ def test_dp_handwritten_v2_store(tmp_path, rng):
     make_dp_zarr_raw(src, rng, lengths=(3, 4))
     out = tmp_path / "o.h5"
     import_diffusion_policy(src, out)
+    check_store_stats(out)
     expected, lengths = expected_from(lambda p: (src / p).read_bytes(), KEYS)
     assert lengths == [3, 4]
     m = check(out, expected, lengths)
@@ -91,6 +93,8 @@ def test_dp_blosc_store_chunk_boundaries_and_key_subset(tmp_path, rng):
     make_dp_zarr_blosc(src, rng, lengths)
     out = tmp_path / "o.h5"
     import_diffusion_policy(src, out, keys=["state", "img"])
+    with TrajectoryStore(out) as s:
+        assert "data/action" in s.manifest["attr.skipped"].split(",")  # left out by keys=
     g = zarr.open_group(str(src), mode="r")
     ends = list(g["meta"]["episode_ends"][:])
     expected = {}

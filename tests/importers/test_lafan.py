@@ -13,11 +13,16 @@ import os
 import numpy as np
 import pytest
 
+import numbatraj.importers._common as common_mod
 from numbatraj import TrajectoryStore, validate_store
 from numbatraj.cli import main
 from numbatraj.importers._common import SourceFormatError
 from numbatraj.importers.lafan import G1_JOINT_NAMES, import_lafan_g1
-from tests.importers.format_fixtures import make_lafan_csv, peak_traced_bytes
+from tests.importers.format_fixtures import (
+    check_store_stats,
+    make_lafan_csv,
+    peak_traced_bytes,
+)
 
 FPS = 30.0
 
@@ -68,6 +73,7 @@ def test_lafan_matches_independent_reading(tmp_path, rng):
         make_lafan_csv(tmp_path / "g1" / f"{name}.csv", rng, T=T)
     out = tmp_path / "g1.h5"
     import_lafan_g1(tmp_path, out)   # finds g1/ below the directory
+    check_store_stats(out)
     order = ["dance2_subject3", "dance10_subject3", "run1_subject2", "walk1_subject1"]
     with TrajectoryStore(out) as s:
         assert list(s.episode_lengths) == [files[n] for n in order]
@@ -145,10 +151,11 @@ def test_lafan_bad_input(tmp_path, rng, case, needle):
     assert not out.exists() and not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
 
 
-def test_lafan_streams_one_clip_at_a_time(tmp_path, rng):
+def test_lafan_streams_one_clip_at_a_time(tmp_path, rng, monkeypatch):
     for i in range(8):
         make_lafan_csv(tmp_path / f"walk{i}_subject1.csv", rng, T=600)
     per_clip = 600 * 36 * 8
+    monkeypatch.setattr(common_mod, "_STATS_BYTES", 1 << 16)  # stats read back in slabs
     peak = peak_traced_bytes(lambda: import_lafan_g1(tmp_path, tmp_path / "m.h5"))
     assert peak < 5 * per_clip  # the source holds 8 clips' worth
 

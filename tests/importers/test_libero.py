@@ -15,6 +15,7 @@ from numbatraj.importers._common import SourceFormatError
 from numbatraj.importers.libero import import_libero, language_from_filename
 from tests.importers.format_fixtures import (
     LIBERO_TASKS,
+    check_store_stats,
     make_libero_suite,
     peak_traced_bytes,
 )
@@ -80,6 +81,7 @@ def test_libero_matches_independent_reading(tmp_path, rng, flip):
     suite = make_libero_suite(tmp_path, rng, tasks=list(LIBERO_TASKS), state_dims=(79, 79, 45))
     out = tmp_path / "goal.h5"
     import_libero(suite, out, flip_images=False if flip == "none" else flip)
+    check_store_stats(out)
     expected, lengths, langs = expected_libero(suite, flip=flip)
     assert_store_matches(out, expected, lengths)
     with TrajectoryStore(out) as s:

@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
+import numbatraj.importers._common as common_mod
 from numbatraj import TrajectoryStore, validate_store
 from numbatraj.cli import main
 from numbatraj.importers._common import SourceFormatError
 from numbatraj.importers.minari import import_minari
-from tests.importers.format_fixtures import make_minari, peak_traced_bytes
+from tests.importers.format_fixtures import check_store_stats, make_minari, peak_traced_bytes
 
 
 def _frames(ds):
@@ -60,6 +61,7 @@ def test_minari_matches_independent_reading(tmp_path, rng, kind):
     d = make_minari(tmp_path, rng, lengths=lengths, kind=kind)
     out = tmp_path / "o.h5"
     import_minari(d, out)
+    check_store_stats(out)
     expected, lens = expected_minari(d, kind)
     assert lens == list(lengths)
     with TrajectoryStore(out) as s:
@@ -131,9 +133,10 @@ def test_minari_bad_jpeg(tmp_path, rng):
     assert not (tmp_path / "o.h5").exists()
 
 
-def test_minari_streams_one_episode_at_a_time(tmp_path, rng):
+def test_minari_streams_one_episode_at_a_time(tmp_path, rng, monkeypatch):
     d = make_minari(tmp_path, rng, lengths=(1500,) * 8, obs_dim=64)
     per_episode = 1501 * 64 * 8 + 1500 * (2 * 4 + 8 + 2 + 1)
+    monkeypatch.setattr(common_mod, "_STATS_BYTES", 1 << 16)  # stats read back in slabs
     peak = peak_traced_bytes(lambda: import_minari(d, tmp_path / "o.h5"))
     assert peak < 5 * per_episode   # the source holds 8 episodes
 

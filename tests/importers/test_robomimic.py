@@ -12,7 +12,7 @@ from numbatraj import TrajectoryStore, validate_store
 from numbatraj.cli import main
 from numbatraj.importers._common import SourceFormatError
 from numbatraj.importers.robomimic import import_robomimic
-from tests.importers.format_fixtures import make_robomimic, peak_traced_bytes
+from tests.importers.format_fixtures import check_store_stats, make_robomimic, peak_traced_bytes
 
 
 def expected_robomimic(path, filter_key=None, images=True):
@@ -58,6 +58,7 @@ def test_robomimic_matches_independent_reading(tmp_path, rng, filter_key):
     make_robomimic(src, rng)
     out = tmp_path / "o.h5"
     import_robomimic(src, out, filter_key=filter_key)
+    check_store_stats(out)
     expected, lengths, names = expected_robomimic(src, filter_key)
     m = check(out, expected, lengths)
     assert m["attr.demos"] == ",".join(names)

@@ -28,6 +28,7 @@ from numbatraj.errors import LeRobotFormatError
 from numbatraj.io.atomic import is_temp_name
 from numbatraj.lerobot import read as lerobot_import
 from numbatraj.lerobot.read import NORM_STD_FLOOR, import_lerobot_v3
+from tests.importers.format_fixtures import check_store_stats
 from tests.lerobot.lerobot_fixtures import (
     PAD_EPISODE,
     CameraSpec,
@@ -227,6 +228,7 @@ def test_rejected_episodes_left_out_of_normalisation(tmp_path):
     import_lerobot_v3(root, out_rej, height=24, width=32, show_progress=False)
     os.remove(os.path.join(root, "meta/rejected_episodes.json"))
     import_lerobot_v3(root, out_all, height=24, width=32, show_progress=False)
+    assert "qpos" in check_store_stats(out_rej)  # stats/<column>/ over the kept episodes
     with h5py.File(out_all) as fa, h5py.File(out_rej) as fr:
         assert fr["qpos"].shape[0] == fa["qpos"].shape[0] - spec.lengths[3]
         assert not np.allclose(fa["norm_qpos_mean"][()], fr["norm_qpos_mean"][()])
@@ -453,7 +455,7 @@ def test_import_publishes_once_with_its_norm_stats(tmp_path, monkeypatch):
     with h5py.File(out, "r") as f:
         assert sorted(f) == sorted(
             ["__manifest__", "__checksums__", "action", "ep_len", "ep_offset", "images", "qpos",
-             "task_index", "timestamp", "norm_action_mean", "norm_action_std", "norm_qpos_mean", "norm_qpos_std"]
+             "stats", "task_index", "timestamp", "norm_action_mean", "norm_action_std", "norm_qpos_mean", "norm_qpos_std"]
         )
 
 
