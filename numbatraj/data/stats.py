@@ -60,6 +60,8 @@ def compute_stats(column: Any) -> dict[str, np.ndarray]:
         raise SchemaError(f"compute_stats: need at least one row, got shape {arr.shape}")
     if arr.dtype.kind not in "biuf":
         raise SchemaError(f"compute_stats: dtype {arr.dtype} is not numeric")
+    if arr.dtype.kind == "b":  # a flag column: statistics of 0/1 (mean = fraction true)
+        arr = np.ascontiguousarray(arr).view(np.uint8)
     n = arr.shape[0]
     total = np.zeros(arr.shape[1:], np.float64)
     for lo in range(0, n, _SLAB_ROWS):  # slabs: a float64 copy of a slab, never the column

@@ -21,6 +21,7 @@ from numbatraj.data.checksums import (
 from numbatraj.data.column import STORE_DATASETS, ColumnSpec, check_column_set
 from numbatraj.data.episode_index import offsets_from_lengths
 from numbatraj.data.manifest import build_manifest, check_attrs, check_text, encode_manifest
+from numbatraj.data.stats import STAT_NAMES, STATS_GROUP
 from numbatraj.errors import (
     EpisodeError,
     NumbatrajError,
@@ -377,11 +378,19 @@ class TrajectoryStoreWriter:
     def _checked_datasets(self, datasets: Mapping[str, Any]) -> dict[str, np.ndarray]:
         out: dict[str, np.ndarray] = {}
         for name, value in datasets.items():
-            if not isinstance(name, str) or not name or "/" in name:
+            # a plain name, or a column's statistic stats/<column>/<stat> (data/stats.py)
+            parts = name.split("/") if isinstance(name, str) else []
+            is_stat = (len(parts) == 3 and parts[0] == STATS_GROUP
+                       and parts[1] in self._columns and parts[2] in STAT_NAMES)
+            if not isinstance(name, str) or not name or ("/" in name and not is_stat):
                 raise SchemaError(
                     f"close(datasets=...): dataset name {name!r} must be a non-empty str "
-                    f"without '/'"
+                    f"without '/', or {STATS_GROUP}/<column>/<stat> for a declared column "
+                    f"and a stat in {', '.join(STAT_NAMES)}"
                 )
+            if is_stat:
+                out[name] = np.asarray(value)
+                continue
             if name in self._columns or name in STORE_DATASETS or name.startswith("__"):
                 raise SchemaError(
                     f"close(datasets=...): {name!r} clashes with a column "

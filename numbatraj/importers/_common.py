@@ -214,21 +214,10 @@ def store_stats(writer: TrajectoryStoreWriter) -> dict[str, np.ndarray]:
 def close_with_stats(
     writer: TrajectoryStoreWriter, datasets: Mapping[str, Any] | None = None
 ) -> None:
-    """Close (publish) ``writer`` with :func:`store_stats` stored beside the columns.
-
-    ``stats/<column>/<stat>`` names hold a ``/``, which ``close(datasets=...)`` refuses
-    today, so the statistics go into the writer's temporary file just before ``close``:
-    still before the store is published (a failed import publishes nothing, with or
-    without them).  ``datasets`` are passed to ``close`` as given.
-    """
-    stats = store_stats(writer)
-    f = writer._file  # the open temporary file; None once closed
-    if f is None or writer._failed is not None:
-        writer.close(datasets=datasets)  # raises the writer's own error
-        return
-    for name, arr in stats.items():
-        f.create_dataset(name, data=arr)
-    writer.close(datasets=datasets)
+    """Close (publish) ``writer`` with :func:`store_stats` stored beside the columns, through
+    ``close(datasets=...)``: the store is published once, its statistics under the
+    manifest's digests like every other dataset."""
+    writer.close(datasets={**(datasets or {}), **store_stats(writer)})
 
 
 @contextmanager
