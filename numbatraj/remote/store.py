@@ -19,6 +19,14 @@ windows never fetch a boundary chunk twice) and, with ``cache=<dir>``, on local 
 ``url`` may be a callable returning a fresh (presigned) URL: it is called at open and again
 whenever the server answers 403 (an expired signature); the request is retried with the new
 URL, so a long epoch survives expiry without losing its place.
+
+Every chunk decoded (fetched, or read from the disk cache) is checked against the store's
+per-chunk digests (``__checksums__/<column>``, :mod:`numbatraj.data.checksums`), which the
+open reads and checks with the rest of the metadata (the current writer puts them at the
+front of the file, so the open stays at 2-3 requests).  A fetched chunk that fails is an
+:class:`~numbatraj.errors.IntegrityError` naming the column and rows (and is never cached);
+a disk-cached chunk that fails is dropped and fetched again.  Stores written with
+``checksums=False`` are read unchecked.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from numbatraj.data.checksums import ColumnDigests, load_digests, verify_chunks
 from numbatraj.data.column import ColumnSpec
 from numbatraj.data.layout import inspect_layout
 from numbatraj.errors import DownloadError, IntegrityError, RowIndexError, SchemaError
@@ -262,7 +271,18 @@ class RemoteStore:
                 raise IntegrityError(f"{self.url} is not a consistent trajectory store "
                                      f"({len(problems)} problem(s)):\n{listing}")
             self._layout = layout
+            raw = self._h5["__manifest__"][()] if "__manifest__" in self._h5 else None
+            digests, problems = load_digests(self._h5, layout.manifest, layout.columns,
+                                             layout.n_rows, raw)
+            if problems:
+                listing = "\n".join(f"  - {p}" for p in problems)
+                raise IntegrityError(f"{self.url} fails its metadata checks "
+                                     f"({len(problems)} problem(s)):\n{listing}")
             self._cols = {n: self._column(n, s) for n, s in layout.columns.items()}
+            # a column's digests cover its HDF5 chunks (the writer's); virtual chunks of a
+            # contiguous dataset do not line up with them
+            self._digests: dict[str, ColumnDigests] = {
+                n: d for n, d in digests.items() if d.chunk_rows == self._cols[n].chunk_rows}
         except BaseException:
             self.close()
             raise
@@ -388,6 +408,18 @@ class RemoteStore:
             _, old = self._lru.popitem(last=False)
             self._lru_bytes -= old.nbytes
 
+    def _bad_chunk(self, name: str, k: int, arr: np.ndarray) -> tuple[int, int] | None:
+        """Rows ``(lo, hi)`` of chunk ``k`` when its decoded rows fail their digest."""
+        cd = self._digests.get(name)
+        if cd is None:
+            return None
+        lo, hi = cd.rows(k, self.n_rows)
+        rows = arr[: hi - lo]
+        if rows.shape[0] != hi - lo:
+            return lo, hi
+        return (lo, hi) if verify_chunks(name, cd, k, np.ascontiguousarray(rows),
+                                         self.n_rows) else None
+
     def _decode(self, name: str, k: int, raw: bytes) -> np.ndarray:
         col = self._cols[name]
         spec = col.spec
@@ -429,9 +461,11 @@ class RemoteStore:
                 with open(path, "rb") as f:
                     raw = f.read()
                 if len(raw) == size:
-                    got[key] = self._decode(name, k, raw)
-                    self._remember(key, got[key])
-                    continue
+                    arr = self._decode(name, k, raw)
+                    if self._bad_chunk(name, k, arr) is None:  # else: fetched again
+                        got[key] = arr
+                        self._remember(key, arr)
+                        continue
             fetch.append((off, off + size, name, k))
         if not fetch:
             return got
@@ -447,10 +481,16 @@ class RemoteStore:
         for (a0, _, members), body in zip(runs, bodies):
             for a, b, name, k in members:
                 raw = body[a - a0 : b - a0]
+                arr = self._decode(name, k, raw)
+                bad = self._bad_chunk(name, k, arr)
+                if bad is not None:
+                    raise IntegrityError(
+                        f"{self.url}: column {name!r} rows {bad[0]}..{bad[1] - 1} (chunk {k}, "
+                        f"bytes {a}-{b - 1}) fail their checksum: the object is corrupt")
                 path = self._chunk_key(name, k)
                 if path is not None:
                     write_bytes(path, raw)
-                got[(name, k)] = arr = self._decode(name, k, raw)
+                got[(name, k)] = arr
                 self._remember((name, k), arr)
         return got
 

@@ -860,13 +860,15 @@ class ReplayFront:
         self._side_table().keep(rows, vals)
 
     # ------------------------------------------------------------------ files
-    def save(self, path: str | os.PathLike[str]) -> None:
+    def save(self, path: str | os.PathLike[str], *, checksums: bool = True) -> None:
         """Checkpoint everything (rows, ring state, priorities, streams) to ``path``
-        (HDF5, written to ``<path>.tmp`` and renamed when complete)."""
+        (HDF5, written to ``<path>.tmp`` and renamed when complete).  ``checksums``
+        (default) records the per-piece digests every load checks; ``False`` writes none
+        (the file still loads, unchecked)."""
         state = {**self._ring_state().to_json(), **self._stream_state(),
                  "cut_first": self._cut_first.tolist()}
         ck.write_checkpoint(path, self._config(), state, self._saved_rows(), self._tree_arrays(),
-                            self._side_arrays())
+                            self._side_arrays(), checksums=checksums)
 
     @classmethod
     def load(cls: type[R], path: str | os.PathLike[str]) -> R:

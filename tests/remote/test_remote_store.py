@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from numbatraj import ColumnSpec, TrajectoryStore, TrajectoryStoreWriter, WindowedColumn
-from numbatraj.errors import DownloadError, RowIndexError, SchemaError
+from numbatraj.errors import DownloadError, IntegrityError, RowIndexError, SchemaError
 from numbatraj.remote.store import RemoteStore
 from numbatraj.samplers.episode_pool import EpisodePoolSampler
 
@@ -224,3 +224,59 @@ def test_compressed_columns_are_decoded(tmp_path, rng):
                                               local.read_range(name, 10, 1400))
     finally:
         srv.close()
+
+
+def _flip_in_chunk(path, column, k):
+    """Flip one byte in the middle of chunk ``k`` of ``column`` (in place)."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        ds = f[column]
+        info = ds.id.get_chunk_info_by_coord((k * ds.chunks[0],) + (0,) * (ds.ndim - 1))
+        at = info.byte_offset + info.size // 2
+    with open(path, "r+b") as fh:
+        fh.seek(at)
+        b = fh.read(1)
+        fh.seek(at)
+        fh.write(bytes([b[0] ^ 0x01]))
+
+
+def test_a_flipped_byte_in_a_chunk_is_an_integrity_error(tmp_path, rng):
+    path = tmp_path / "bad.h5"
+    expected = _write(path, rng, n_eps=12, chunk_rows={"obs": 512, "action": 512,
+                                                       "reward": 512, "pixels": 128})
+    _flip_in_chunk(path, "obs", 2)  # rows 1024..1535
+    srv = RangeServer(path)
+    try:
+        with RemoteStore(srv.url(), cache=tmp_path / "cache") as rs:
+            assert rs.open_requests <= 3
+            np.testing.assert_array_equal(rs.read_range("obs", 0, 1024), expected["obs"][:1024])
+            np.testing.assert_array_equal(rs.read_range("action", 1000, 1600),
+                                          expected["action"][1000:1600])
+            with pytest.raises(IntegrityError, match=r"column 'obs' rows 1024\.\.1535 "
+                                                     r"\(chunk 2.*fail their checksum"):
+                rs.read_range("obs", 1100, 1101)
+            with pytest.raises(IntegrityError, match="'obs' rows 1024"):
+                rs.read_rows(1500, 1600)
+            with pytest.raises(IntegrityError):
+                rs.episode(int(np.searchsorted(rs.episode_offsets, 1200, side="right")) - 1)
+        assert not (tmp_path / "cache").exists() or not any(
+            p.name == "2.bin" and p.parent.name == "obs" for p in (tmp_path / "cache").rglob("*"))
+    finally:
+        srv.close()
+
+
+def test_a_corrupt_disk_cache_chunk_is_fetched_again(served, tmp_path):
+    srv, _, expected = served
+    cache = tmp_path / "cache"
+    with RemoteStore(srv.url(), cache=cache) as rs:
+        rs.read_range("reward", 0, 10)
+    (cached,) = [p for p in cache.rglob("0.bin") if p.parent.name == "reward"]
+    raw = bytearray(cached.read_bytes())
+    raw[5] ^= 0xFF
+    cached.write_bytes(bytes(raw))
+    srv.reset()
+    with RemoteStore(srv.url(), cache=cache) as rs:
+        n_open = len(srv.requests)
+        np.testing.assert_array_equal(rs.read_range("reward", 0, 10), expected["reward"][:10])
+        assert len(srv.requests) == n_open + 1  # the bad cached chunk, fetched again

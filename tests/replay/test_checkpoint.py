@@ -225,3 +225,62 @@ def test_state_dict_resumes_like_a_checkpoint(prioritized):
                           quantize={"next_obs": (-1.0, 400.0)}, demo_fraction=0.25)
         with pytest.raises(IntegrityError, match="leaf 1.0, present=False"):
             bad.load_state_dict(state)
+
+
+def _flip_ring_byte(path, key="ring/obs"):
+    with h5py.File(path, "r") as f:
+        ds = f[key]
+        off = ds.id.get_offset()
+        assert off is not None  # contiguous: one byte in the file is one byte of a row
+        size = ds.id.get_storage_size()
+    with open(path, "r+b") as fh:
+        fh.seek(off + size // 2)
+        b = fh.read(1)
+        fh.seek(off + size // 2)
+        fh.write(bytes([b[0] ^ 0x10]))
+
+
+def test_save_checksums_default_detects_a_flipped_byte_and_false_writes_none(tmp_path):
+    rep = _build(True)
+    plain = tmp_path / "plain.ckpt"
+    rep.save(plain, checksums=False)
+    with h5py.File(plain, "r") as f:
+        assert "digests" not in f.attrs
+        seen = []
+        f.visititems(lambda k, o: seen.append(k) if isinstance(o, h5py.Dataset)
+                     and "nbh64" in o.attrs else None)
+        assert seen == []
+    back = StoreReplay.load(plain)
+    for k in rep.columns:
+        np.testing.assert_array_equal(back.storage(k), rep.storage(k))
+    checked = tmp_path / "checked.ckpt"
+    rep.save(checked)
+    with h5py.File(checked, "r") as f:
+        assert "digests" in f.attrs and "nbh64" in f["ring/obs"].attrs
+    StoreReplay.load(checked)
+    _flip_ring_byte(checked)
+    with pytest.raises(IntegrityError, match="'ring/obs' fails its checksum"):
+        StoreReplay.load(checked)
+    _flip_ring_byte(plain)  # no digests: the flipped byte loads (unchecked)
+    StoreReplay.load(plain)
+
+
+@pytest.mark.cuda
+def test_gpu_save_passes_checksums_through(tmp_path):
+    from numbatraj._cuda import cuda_available
+
+    if not cuda_available():
+        pytest.skip("no CUDA device and NUMBA_ENABLE_CUDASIM is not 1")
+    from numbatraj.replay import StoreReplayGpu
+
+    rep = StoreReplayGpu(sac_columns(), 12, seed=7)
+    rep.add(**rows(0, 9))
+    plain, checked = tmp_path / "plain.ckpt", tmp_path / "checked.ckpt"
+    rep.save(plain, checksums=False)
+    rep.save(checked)
+    with h5py.File(plain, "r") as f:
+        assert "digests" not in f.attrs and "nbh64" not in f["ring/obs"].attrs
+    np.testing.assert_array_equal(StoreReplayGpu.load(plain).storage("obs"), rep.storage("obs"))
+    _flip_ring_byte(checked)
+    with pytest.raises(IntegrityError, match="'ring/obs' fails its checksum"):
+        StoreReplayGpu.load(checked)
