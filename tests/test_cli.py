@@ -237,3 +237,23 @@ def test_import_lerobot_source_is_positional(tmp_path, capsys):
     assert "a directory SOURCE needs --out" in capsys.readouterr().err
     assert main(["import", "lerobot", "not a repo"]) == 2
     assert main(["import", "lerobot", str(root), "--root", str(root), "--out", "x.h5"]) == 2
+
+
+def test_info_shows_the_stored_statistics(tmp_path, capsys):
+    from numbatraj import ColumnSpec, TrajectoryStoreWriter
+    from numbatraj.data.stats import compute_stats, stats_datasets
+
+    q = np.arange(40, dtype=np.float32).reshape(20, 2)
+    path = tmp_path / "s.h5"
+    with TrajectoryStoreWriter(path, [ColumnSpec("qpos", np.float32, (2,)),
+                                      ColumnSpec("reward", np.float32, ())]) as w:
+        w.append_rows({"qpos": q, "reward": np.ones(20, np.float32)})
+        w.end_episode()
+        w.close(datasets=stats_datasets({"qpos": compute_stats(q)}))
+    assert main(["info", str(path)]) == 0
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.strip().startswith("qpos") and "[" in ln)
+    assert "20" in line and "[19, 20]" in line  # count, then the per-element means
+    assert main(["info", "--json", str(path)]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["stats"]["qpos"]["mean"] == [19.0, 20.0] and "reward" not in doc["stats"]

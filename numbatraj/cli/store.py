@@ -42,6 +42,7 @@ def _kind(path: str) -> str:
 
 def _describe_store(path: str) -> dict[str, Any]:
     from numbatraj.data.store import TrajectoryStore
+    from numbatraj.errors import SchemaError
 
     with TrajectoryStore(path) as s:
         m = s.manifest
@@ -52,6 +53,13 @@ def _describe_store(path: str) -> dict[str, Any]:
             cols.append({"name": name, "dtype": spec.dtype.name, "shape": list(spec.shape),
                          "compression": st["compression"], "stored_bytes": st["stored_bytes"],
                          "nbytes": st["nbytes"]})
+        stats = {}
+        for name in s.columns:
+            try:
+                got = s.stats(name)
+            except SchemaError:  # no statistics recorded for this column
+                continue
+            stats[name] = {k: np.asarray(v).tolist() for k, v in got.items()}
         return {
             "kind": "store",
             "path": path,
@@ -69,6 +77,7 @@ def _describe_store(path: str) -> dict[str, Any]:
             "bytes": os.path.getsize(path),
             "columns": cols,
             "attrs": {k[5:]: v for k, v in m.items() if k.startswith("attr.")},
+            "stats": stats,
         }
 
 
@@ -131,6 +140,15 @@ def describe(path: str) -> dict[str, Any]:
     return _describe_store(path)
 
 
+def _short(v: Any, n: int = 3) -> str:
+    """A statistic for the table: a number, or the first ``n`` values of a vector."""
+    if v is None:
+        return "-"
+    flat = np.ravel(np.asarray(v, dtype=np.float64))
+    text = ", ".join(f"{x:.4g}" for x in flat[:n])
+    return text if flat.size == 1 else f"[{text}{', ...' if flat.size > n else ''}]"
+
+
 def _table(rows: list[tuple[str, ...]]) -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
@@ -157,6 +175,12 @@ def _format(d: dict[str, Any]) -> str:
                   _mib(c["stored_bytes"]), _mib(c["nbytes"])) for c in d["columns"]]
         lines.append("columns:")
         lines += _table(rows)
+        if d.get("stats"):
+            srows: list[tuple[str, ...]] = [("stats", "count", "mean", "std", "min", "max")]
+            srows += [(name, str(st.get("count", "-")), *(_short(st.get(k))
+                                                       for k in ("mean", "std", "min", "max")))
+                      for name, st in d["stats"].items()]
+            lines += _table(srows)
         if d["attrs"]:
             lines.append("attrs: " + ", ".join(f"{k}={v}" for k, v in d["attrs"].items()))
         return "\n".join(lines)

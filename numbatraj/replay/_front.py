@@ -928,11 +928,13 @@ class ReplayFront:
         raise NotImplementedError
 
     def dump(self, path: str | os.PathLike[str], *, env_id: str | None = None,
-             overwrite: bool = False) -> int:
+             overwrite: bool = False, stats: bool = True) -> int:
         """Write every held row in time order into a trajectory store, episodes cut after
-        each ``done`` or ``truncated`` row.  Returns the number of episodes."""
+        each ``done`` or ``truncated`` row.  ``stats`` (default) records per-column
+        statistics (``stats/<column>/``, :meth:`TrajectoryStore.stats`) of the numeric,
+        non-image columns.  Returns the number of episodes."""
         return _store_io.dump_replay(self._host_rows(), path, env_id=env_id,
-                                     overwrite=overwrite)
+                                     overwrite=overwrite, stats=stats)
 
     def _host_rows(self) -> _store_io.HeldRows:
         """Backend: the rows as a host replay (itself, or a host copy)."""

@@ -7,6 +7,12 @@ after the last such cut form a final, unfinished episode, recorded as
 ``attr.last_episode_open=1``.  Quantised
 columns are written dequantised, in their declared dtype.  Rows are written in blocks, so
 a dump needs memory for one block, not for the buffer.
+
+A dump also records per-column statistics (:mod:`numbatraj.data.stats`: ``stats/<column>/``
+``mean``, ``std``, ``min``, ``max``, ``q01``, ``q99``, ``count``, read back by
+:meth:`~numbatraj.TrajectoryStore.stats`) of every numeric column that is not an image
+(``uint8`` with two or more row dimensions), computed over the dumped rows (bool columns
+as 0/1), one column at a time from the written file.
 """
 
 from __future__ import annotations
@@ -18,11 +24,13 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from numbatraj.data.column import ColumnSpec
+from numbatraj.data.stats import compute_stats, stats_datasets
 from numbatraj.data.store import TrajectoryStore
 from numbatraj.data.writer import TrajectoryStoreWriter
 from numbatraj.errors import SchemaError
 
-__all__ = ["BLOCK_ROWS", "HeldRows", "dump_replay", "episode_ends", "replay_from_store"]
+__all__ = ["BLOCK_ROWS", "HeldRows", "dump_replay", "episode_ends", "replay_from_store",
+           "stats_columns"]
 
 
 class HeldRows(Protocol):
@@ -85,8 +93,15 @@ def _parse_ints(text: str | None) -> list[int]:
     return [int(v) for v in text.split(",") if v] if text else []
 
 
+def stats_columns(columns: dict[str, ColumnSpec]) -> list[str]:
+    """The columns a dump records statistics for: numeric (or bool), not images (``uint8``
+    with two or more row dimensions)."""
+    return [n for n, c in columns.items() if np.dtype(c.dtype).kind in "biuf"
+            and not (np.dtype(c.dtype) == np.uint8 and len(c.shape) >= 2)]
+
+
 def dump_replay(rep: HeldRows, path: str | os.PathLike[str], *, env_id: str | None,
-                overwrite: bool) -> int:
+                overwrite: bool, stats: bool = True) -> int:
     """Each stream's episodes in time order: the demos (stream -1), then env 0, 1, ...
 
     The manifest records ``attr.ep_stream`` (stream id per episode), ``attr.ep_cut_start``
@@ -150,6 +165,13 @@ def dump_replay(rep: HeldRows, path: str | os.PathLike[str], *, env_id: str | No
                         ep += 1
                         if ep < lengths.shape[0]:
                             left = int(lengths[ep])
+        n = rep.n_rows
+        if stats and n:
+            per: dict[str, dict[str, np.ndarray]] = {}
+            for name in stats_columns(columns):
+                col = w.read_range(name, 0, n)
+                per[name] = compute_stats(col.view(np.uint8) if col.dtype == np.bool_ else col)
+            w.close(datasets=stats_datasets(per))
     return len(ep_stream)
 
 

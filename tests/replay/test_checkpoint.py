@@ -284,3 +284,32 @@ def test_gpu_save_passes_checksums_through(tmp_path):
     _flip_ring_byte(checked)
     with pytest.raises(IntegrityError, match="'ring/obs' fails its checksum"):
         StoreReplayGpu.load(checked)
+
+
+def test_dump_records_the_stats_of_the_numeric_non_image_columns(tmp_path):
+    from numbatraj.data import ColumnSpec
+    from numbatraj.data.stats import STAT_NAMES, compute_stats
+
+    cols = [*sac_columns(), ColumnSpec("pixels", np.uint8, (4, 4, 3)),
+            ColumnSpec("step", np.int32, ())]
+    rep = StoreReplay(cols, 10, demo_capacity=2, quantize={"next_obs": (-1.0, 400.0)})
+    img = lambda n: np.arange(n * 48, dtype=np.uint8).reshape(n, 4, 4, 3)  # noqa: E731
+    rep.add_demos(**rows(500, 2), pixels=img(2), step=np.arange(2, dtype=np.int32))
+    rep.add(**rows(0, 19), pixels=img(19), step=np.arange(19, dtype=np.int32))
+    path = tmp_path / "dump.h5"
+    rep.dump(path)
+    with TrajectoryStore(path) as st:
+        for name in ("obs", "action", "reward", "next_obs", "done", "step"):
+            col = st.load_column(name)
+            want = compute_stats(col.astype(np.uint8) if col.dtype == np.bool_ else col)
+            got = st.stats(name)
+            assert set(got) == set(STAT_NAMES)
+            for k in STAT_NAMES:
+                np.testing.assert_array_equal(got[k], want[k])
+            assert int(got["count"]) == st.n_rows == 10
+        with pytest.raises(SchemaError, match="no statistics"):
+            st.stats("pixels")
+    rep.dump(tmp_path / "bare.h5", stats=False)
+    with TrajectoryStore(tmp_path / "bare.h5") as st, \
+            pytest.raises(SchemaError, match="no statistics"):
+        st.stats("obs")
