@@ -11,6 +11,7 @@ and the checkpoint (one format, one reader with every check: ``_checkpoint.py``)
 
 from __future__ import annotations
 
+import abc
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar, TypeVar
@@ -62,7 +63,7 @@ def block_outputs(specs: Mapping[str, tuple[Any, tuple[int, ...]]]) -> dict[str,
     return out
 
 
-class ReplayFront:
+class ReplayFront(abc.ABC):
     """Configuration, ring state and the templates of both replays (see the module doc).
 
     ``sample_into`` contract (host and device): ``outputs`` are the caller's arrays, filled
@@ -241,7 +242,7 @@ class ReplayFront:
     def _get_beta(self) -> float:
         return self._beta
 
-    def _beta_changed(self) -> None:
+    def _beta_changed(self) -> None:  # noqa: B027 - an optional hook, empty by default
         """Backend hook: :attr:`beta` was assigned."""
 
     # ------------------------------------------------------------------ writes
@@ -474,16 +475,16 @@ class ReplayFront:
             )
         return self.add_demos(**{c: f.column(c) for c in self._cols.names})
 
+    @abc.abstractmethod
     def _write_ring(self, arrays: dict[str, Any], n: int, cursor: int) -> None:
         """Backend: ``n`` checked rows into ring slots ``cursor, cursor + 1, ...`` (the newest
         ``ring_capacity`` when more), noted in the sampler when prioritized."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _write_demos(self, arrays: dict[str, Any], n: int) -> None:
         """Backend: ``n`` checked rows into physical rows ``[n_demo, n_demo + n)``."""
-        raise NotImplementedError
 
-    def _ring_changed(self) -> None:
+    def _ring_changed(self) -> None:  # noqa: B027 - an optional hook, empty by default
         """Backend hook: cursor, size or n_demo changed."""
 
     # ------------------------------------------------------------------ ERE
@@ -636,10 +637,10 @@ class ReplayFront:
         return {name: self._check_output(name, outputs[name], dt, (b, *shp))
                 for name, (dt, shp) in specs.items()}
 
+    @abc.abstractmethod
     def _gather_ext(self, idx: Any, outputs: Mapping[str, Any], b: int,
                     ns: tuple[int, float] | None) -> None:
         """Backend: a draw with streams, next_of, frame stacks or n-step targets."""
-        raise NotImplementedError
 
     # ------------------------------------------------------------------ sequences
     def sample_sequences(self, batch_size: int, T: int, *,  # noqa: N803
@@ -688,10 +689,10 @@ class ReplayFront:
             )
         return self._sample_sequences(b, t, bool(within_episode))
 
+    @abc.abstractmethod
     def _sample_sequences(self, b: int, t: int,
                           within: bool) -> tuple[dict[str, Any], IndexBatch]:
         """Backend: the windows (host only so far)."""
-        raise NotImplementedError
 
     def _check_drawable(self) -> None:
         if self.n_rows == 0:
@@ -710,31 +711,31 @@ class ReplayFront:
                                          (b, *spec.shape))
                 for name, spec in self._cols.specs.items()}
 
+    @abc.abstractmethod
     def _check_output(self, name: str, out: Any, dtype: np.dtype,
                       shape: tuple[int, ...]) -> Any:
         """Backend: one ``sample_into`` output checked (SchemaError naming
         ``outputs[name]``); returns the array the kernels write through."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _index_batch(self, b: int) -> IndexBatch:
         """Backend: the IndexBatch :meth:`sample_indices` fills."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _reused_batch(self, b: int) -> IndexBatch:
         """Backend: the replay's own IndexBatch for batch size ``b``."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _new_outputs(self, b: int) -> dict[str, Any]:
         """Backend: new arrays for every column of ``b`` rows."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _draw(self, batch: IndexBatch, k: int | None, K: int | None) -> None:  # noqa: N803
         """Backend: fill ``batch`` (a non-empty replay)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _gather(self, idx: Any, outputs: Mapping[str, Any], b: int) -> None:
         """Backend: rows ``idx`` of every column into ``outputs``."""
-        raise NotImplementedError
 
     def _need_prioritized(self) -> None:
         if not self._prioritized:
@@ -899,33 +900,33 @@ class ReplayFront:
             rep._restore_streams(path, state, side)
         return rep
 
+    @abc.abstractmethod
     def _saved_rows(self) -> Iterator[tuple[str, np.ndarray, np.ndarray]]:
         """Backend: ``(column, demo rows, ring rows)`` host arrays of the storage dtype."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _stream_state(self) -> dict[str, Any]:
         """Backend: the random streams and whatever else the backend keeps, as JSON."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _tree_arrays(self) -> ck.TreeArrays | None:
         """Backend: the sampler's per-row arrays (prioritized), else None."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _row_buffer(self, name: str, lo: int, n: int, shape: tuple[int, ...],
                     dtype: np.dtype) -> np.ndarray:
         """Backend: where a load reads rows ``[lo, lo + n)`` of ``name`` (``(n, *shape)``)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _load_rows(self, name: str, demo: np.ndarray, ring_rows: np.ndarray,
                    ring: ck.RingState) -> None:
         """Backend: place loaded rows (a no-op where :meth:`_row_buffer` gave storage)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _restore(self, state: dict[str, Any], ring: ck.RingState, tree: ck.TreeArrays | None,
                  path: str) -> None:
         """Backend: the streams and the tree (rebuilt by ``SumTree.load_leaves``), then the
         ring state."""
-        raise NotImplementedError
 
     def dump(self, path: str | os.PathLike[str], *, env_id: str | None = None,
              overwrite: bool = False, stats: bool = True) -> int:
@@ -936,9 +937,9 @@ class ReplayFront:
         return _store_io.dump_replay(self._host_rows(), path, env_id=env_id,
                                      overwrite=overwrite, stats=stats)
 
+    @abc.abstractmethod
     def _host_rows(self) -> _store_io.HeldRows:
         """Backend: the rows as a host replay (itself, or a host copy)."""
-        raise NotImplementedError
 
     @classmethod
     def from_store(cls: type[R], store: Any, capacity: int, **kwargs: Any) -> R:
