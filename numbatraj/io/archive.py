@@ -30,6 +30,7 @@ import json
 import os
 import shutil
 import stat
+import sys
 import tarfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -168,7 +169,7 @@ def _kind_of(m: tarfile.TarInfo) -> str | None:
 
 
 @contextmanager
-def _open_stream(path: str, kind: str) -> Iterator[tarfile.TarFile]:
+def _open_stream(path: str, kind: str) -> Iterator[tuple[tarfile.TarFile, IO[bytes]]]:
     with open(path, "rb") as raw:
         if kind == "zst":
             import zstandard
@@ -178,7 +179,7 @@ def _open_stream(path: str, kind: str) -> Iterator[tarfile.TarFile]:
             reader = gzip.GzipFile(fileobj=raw, mode="rb")
         try:
             with tarfile.open(fileobj=reader, mode="r|") as tar:
-                yield tar
+                yield tar, raw
             # tar stops at its end-of-archive blocks; the compressed stream's own checks
             # (gzip CRC and length, zstandard frames) run only when it is read to its end
             while reader.read(_BLOCK):
@@ -202,18 +203,47 @@ def _copy_member(src: IO[bytes], dst: str, size: int, mode: int, label: str) -> 
         os.fsync(out.fileno())
 
 
+class _Bar:
+    """A tqdm bar over the archive's compressed bytes, when shown (tqdm is optional)."""
+
+    def __init__(self, path: str, show: bool | None) -> None:
+        self._bar: Any = None
+        self._at = 0
+        if show is None:
+            show = sys.stderr.isatty()
+        if show:
+            try:
+                from tqdm import tqdm
+            except ImportError:  # the core install has no tqdm: no bar
+                return
+            self._bar = tqdm(total=os.path.getsize(path), unit="B", unit_scale=True,
+                             unit_divisor=1024, desc=f"extract {os.path.basename(path)}",
+                             leave=False)
+
+    def at(self, pos: int) -> None:
+        if self._bar is not None and pos > self._at:
+            self._bar.update(pos - self._at)
+            self._at = pos
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
 def _extract_into(
     path: str, kind: str, tmp: str, max_member_bytes: int | None, max_total_bytes: int | None,
-    max_ratio: float | None = None,
+    max_ratio: float | None = None, show_progress: bool | None = False,
 ) -> tuple[list[str], int]:
     label = os.path.basename(path)
+    bar = _Bar(path, show_progress)
     seen: dict[str, str] = {}
     files: list[str] = []
     total = 0
     ratio_cap = None if max_ratio is None else max_ratio * os.path.getsize(path) + (1 << 20)
     try:
-        with _open_stream(path, kind) as tar:
+        with _open_stream(path, kind) as (tar, raw):
             for m in tar:
+                bar.at(raw.tell())
                 if m.isdir() and _is_root(m.name):
                     continue  # "./": the destination itself
                 rel = check_member_name(m.name, label)
@@ -268,6 +298,8 @@ def _extract_into(
         if type(exc).__name__ != "ZstdError":
             raise
         raise UnsafeArchiveError(f"{label}: corrupt zstandard stream ({exc})") from None
+    finally:
+        bar.close()
     return files, total
 
 
@@ -296,6 +328,7 @@ def safe_extract(
     max_ratio: float | None = MAX_RATIO,
     marker: dict[str, Any] | None = None,
     kind: str | None = None,
+    show_progress: bool | None = None,
 ) -> ExtractResult:
     """Extract ``archive`` into the directory ``dest``, refusing anything unsafe.
 
@@ -318,6 +351,9 @@ def safe_extract(
     kind : {"zst", "gz"}, optional
         The compression, for a file whose name carries no suffix (see :func:`sniff_kind`);
         by default taken from the suffix.
+    show_progress : bool, optional
+        A progress bar over the archive's bytes (tqdm, when installed); by default only
+        when standard error is a terminal.
 
     Returns
     -------
@@ -342,7 +378,7 @@ def safe_extract(
         os.mkdir(tmp, 0o755)
         try:
             files, total = _extract_into(path, kind, tmp, max_member_bytes, max_total_bytes,
-                                         max_ratio)
+                                         max_ratio, show_progress)
             info = dict(marker or {})
             info.update({"archive": os.path.basename(path), "files": files, "bytes": total})
             write_marker(tmp, info)  # last: its presence means every member is in

@@ -250,3 +250,14 @@ def test_compression_ratio_and_total_limits(tmp_path: Path) -> None:
         safe_extract(arc, tmp_path / "o", max_total_bytes=1000)
     res = safe_extract(arc, tmp_path / "o", max_ratio=None)  # settable
     assert res.bytes == 8 << 20
+
+
+def test_extraction_progress_bar(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("tqdm")
+    arc = write_archive(tmp_path / "pack.tar.gz", GOOD)
+    safe_extract(arc, tmp_path / "quiet")  # stderr is not a terminal here: no bar
+    assert "extract pack.tar.gz" not in capsys.readouterr().err
+    safe_extract(arc, tmp_path / "shown", show_progress=True)
+    assert "extract pack.tar.gz" in capsys.readouterr().err
+    for rel in ("meshes/table.obj", "textures/wood.png", "bin/tool"):  # the same tree
+        assert (tmp_path / "shown" / rel).read_bytes() == (tmp_path / "quiet" / rel).read_bytes()
