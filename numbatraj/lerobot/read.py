@@ -38,9 +38,9 @@ import numpy as np
 
 from numbatraj.data.column import ColumnSpec
 from numbatraj.data.pipelined import PipelinedAppender
+from numbatraj.data.store_stats import close_with_stats
 from numbatraj.data.writer import TrajectoryStoreWriter
 from numbatraj.errors import DatasetExistsError, EpisodeError, LeRobotFormatError, SchemaError
-from numbatraj.importers._common import close_with_stats
 from numbatraj.io.atomic import SYNC_EVERY_BYTES, publish_lock
 from numbatraj.io.diskspace import require_free_space
 from numbatraj.lerobot._plan import DatasetPlan, load_plan

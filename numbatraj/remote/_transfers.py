@@ -91,6 +91,26 @@ class _Slice:
         self._f.close()
 
 
+class CountedBody:
+    """``size`` bytes of the open binary file ``f`` from where it stands, as a request body
+    that advances ``progress`` as requests reads it (``read`` and ``__len__`` only)."""
+
+    def __init__(self, f: Any, size: int, progress: Progress) -> None:
+        self._f = f
+        self._left = size
+        self._progress = progress
+
+    def __len__(self) -> int:
+        return self._left
+
+    def read(self, n: int = -1) -> bytes:
+        n = self._left if n is None or n < 0 else min(n, self._left)
+        data = self._f.read(n)
+        self._left -= len(data)
+        self._progress.add(len(data))
+        return bytes(data)
+
+
 # -- the resume sidecar -----------------------------------------------------------------
 
 

@@ -38,6 +38,8 @@ from numbatraj.io.dotenv import read_dotenv
 from numbatraj.io.download import FetchResult, fetch, redact_text, redact_url
 from numbatraj.io.hashing import sha256_file
 from numbatraj.remote._transfers import (
+    CountedBody,
+    Progress,
     cache_root,
     pack_directory,
     parallel_fetch,
@@ -522,7 +524,9 @@ class RemoteCatalog:
         self, path: str, url: str, upload: Mapping[str, Any], f: IO[bytes],
         headers: dict[str, str],
     ) -> requests.Response:
-        body: Any = f if headers.get("Content-Length") != "0" else b""
+        n = int(headers.get("Content-Length", "0"))
+        bar = Progress(n, os.path.basename(path), None)  # shown on a terminal only
+        body: Any = CountedBody(f, n, bar) if n else b""
         try:
             return self.transfers.request(
                 upload.get("method", "PUT"), url, data=body, headers=headers,
@@ -531,6 +535,8 @@ class RemoteCatalog:
         except requests.RequestException as exc:
             msg = f"upload of {path} to {redact_url(url)} failed: {redact_text(exc, url)}"
             raise DownloadError(msg) from None
+        finally:
+            bar.close()
 
     def close(self) -> None:
         """Close the HTTP sessions."""

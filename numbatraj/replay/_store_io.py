@@ -26,11 +26,11 @@ import numpy as np
 from numbatraj.data.column import ColumnSpec
 from numbatraj.data.stats import compute_stats, stats_datasets
 from numbatraj.data.store import TrajectoryStore
+from numbatraj.data.store_stats import stats_columns
 from numbatraj.data.writer import TrajectoryStoreWriter
 from numbatraj.errors import SchemaError
 
-__all__ = ["BLOCK_ROWS", "HeldRows", "dump_replay", "episode_ends", "replay_from_store",
-           "stats_columns"]
+__all__ = ["BLOCK_ROWS", "HeldRows", "dump_replay", "episode_ends", "replay_from_store"]
 
 
 class HeldRows(Protocol):
@@ -91,13 +91,6 @@ def _ints(values: list[int]) -> str:
 
 def _parse_ints(text: str | None) -> list[int]:
     return [int(v) for v in text.split(",") if v] if text else []
-
-
-def stats_columns(columns: dict[str, ColumnSpec]) -> list[str]:
-    """The columns a dump records statistics for: numeric (or bool), not images (``uint8``
-    with two or more row dimensions)."""
-    return [n for n, c in columns.items() if np.dtype(c.dtype).kind in "biuf"
-            and not (np.dtype(c.dtype) == np.uint8 and len(c.shape) >= 2)]
 
 
 def dump_replay(rep: HeldRows, path: str | os.PathLike[str], *, env_id: str | None,

@@ -8,7 +8,7 @@ import h5py
 import numpy as np
 import pytest
 
-import numbatraj.importers._common as common_mod
+import numbatraj.data.store_stats as store_stats_mod
 import numbatraj.importers.d4rl as d4rl_mod
 from numbatraj import TrajectoryStore, validate_store
 from numbatraj.cli import main
@@ -97,7 +97,7 @@ def test_d4rl_streams_in_bounded_blocks(tmp_path, rng, monkeypatch):
     ends = tuple(range(1999, 16000, 2000))
     make_d4rl(src, rng, n=16000, ends=ends, timeouts_at=None, obs_dim=64, next_obs=True)
     monkeypatch.setattr(d4rl_mod, "_BLOCK_BYTES", 1)  # one episode per read
-    monkeypatch.setattr(common_mod, "_STATS_BYTES", 1 << 20)  # stats read back in slabs
+    monkeypatch.setattr(store_stats_mod, "_STATS_BYTES", 1 << 20)  # stats read back in slabs
     per_episode = 2000 * (64 * 4 * 2 + 3 * 4 + 4 + 1 + 6 * 4 * 2 + 4)
     peak = peak_traced_bytes(lambda: import_d4rl(src, tmp_path / "o.h5"))
     assert peak < 4 * per_episode  # the source holds 8 episodes

@@ -13,7 +13,7 @@ import os
 import numpy as np
 import pytest
 
-import numbatraj.importers._common as common_mod
+import numbatraj.data.store_stats as store_stats_mod
 from numbatraj import TrajectoryStore, validate_store
 from numbatraj.cli import main
 from numbatraj.importers._common import SourceFormatError
@@ -155,7 +155,7 @@ def test_lafan_streams_one_clip_at_a_time(tmp_path, rng, monkeypatch):
     for i in range(8):
         make_lafan_csv(tmp_path / f"walk{i}_subject1.csv", rng, T=600)
     per_clip = 600 * 36 * 8
-    monkeypatch.setattr(common_mod, "_STATS_BYTES", 1 << 16)  # stats read back in slabs
+    monkeypatch.setattr(store_stats_mod, "_STATS_BYTES", 1 << 16)  # stats read back in slabs
     peak = peak_traced_bytes(lambda: import_lafan_g1(tmp_path, tmp_path / "m.h5"))
     assert peak < 5 * per_clip  # the source holds 8 clips' worth
 

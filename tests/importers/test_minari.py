@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import numbatraj.importers._common as common_mod
+import numbatraj.data.store_stats as store_stats_mod
 from numbatraj import TrajectoryStore, validate_store
 from numbatraj.cli import main
 from numbatraj.importers._common import SourceFormatError
@@ -136,7 +136,7 @@ def test_minari_bad_jpeg(tmp_path, rng):
 def test_minari_streams_one_episode_at_a_time(tmp_path, rng, monkeypatch):
     d = make_minari(tmp_path, rng, lengths=(1500,) * 8, obs_dim=64)
     per_episode = 1501 * 64 * 8 + 1500 * (2 * 4 + 8 + 2 + 1)
-    monkeypatch.setattr(common_mod, "_STATS_BYTES", 1 << 16)  # stats read back in slabs
+    monkeypatch.setattr(store_stats_mod, "_STATS_BYTES", 1 << 16)  # stats read back in slabs
     peak = peak_traced_bytes(lambda: import_minari(d, tmp_path / "o.h5"))
     assert peak < 5 * per_episode   # the source holds 8 episodes
 

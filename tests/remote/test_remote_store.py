@@ -282,44 +282,63 @@ def test_a_corrupt_disk_cache_chunk_is_fetched_again(served, tmp_path):
         assert len(srv.requests) == n_open + 1  # the bad cached chunk, fetched again
 
 
-def test_presigned_urls_of_moto_s3_server(served, tmp_path, monkeypatch, rng):
-    """The same store behind an S3 API (moto's server mode on loopback) through presigned
-    GET URLs, a fresh one whenever the old one is refused: every read equals the file."""
-    boto3 = pytest.importorskip("boto3")
-    pytest.importorskip("moto.server", reason="moto[server] missing")
-    import socket
+_MOTO_SCRIPT = """
+import os, socket, sys
+import numpy as np
+import boto3
+from moto.server import ThreadedMotoServer
+from numbatraj import TrajectoryStore
+from numbatraj.remote.store import RemoteStore
 
-    from moto.server import ThreadedMotoServer
+path = sys.argv[1]
+os.environ["AWS_ACCESS_KEY_ID"] = os.environ["AWS_SECRET_ACCESS_KEY"] = "testing"
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+server.start()
+try:
+    s3 = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1")
+    s3.create_bucket(Bucket="lab")
+    s3.upload_file(path, "lab", "stores/store.h5")
+    signed = []
+
+    def presign():
+        signed.append(1)
+        return s3.generate_presigned_url(
+            "get_object", Params={"Bucket": "lab", "Key": "stores/store.h5"}, ExpiresIn=600)
+
+    rng = np.random.default_rng(3)
+    with RemoteStore(presign) as rs, TrajectoryStore(path) as local:
+        assert rs.open_requests <= 3 and rs.open_bytes <= 4 << 20, rs.open_requests
+        assert rs.n_rows == local.n_rows and rs.columns == local.columns
+        for name in rs.columns:
+            a = int(rng.integers(0, rs.n_rows - 600))
+            np.testing.assert_array_equal(rs.read_range(name, a, a + 600),
+                                          local.read_range(name, a, a + 600))
+        ep = int(rng.integers(0, rs.n_episodes))
+        for name, rows in rs.episode(ep).items():
+            np.testing.assert_array_equal(rows, local.episode(ep)[name])
+    assert signed
+    print("moto ok")
+finally:
+    server.stop()
+"""
+
+
+def test_presigned_urls_of_moto_s3_server(served):
+    """The same store behind an S3 API (moto's server mode on loopback) through presigned
+    GET URLs from a callable: every read equals the file.  In its own process, so moto's
+    in-process state never reaches the other S3 tests."""
+    pytest.importorskip("boto3")
+    pytest.importorskip("moto.server", reason="moto[server] missing")
+    import os
+    import subprocess
+    import sys
 
     _, path, _ = served
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
-    server.start()
-    try:
-        s3 = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", region_name="us-east-1")
-        s3.create_bucket(Bucket="lab")
-        s3.upload_file(str(path), "lab", "stores/store.h5")
-        signed = []
-
-        def presign() -> str:
-            signed.append(1)
-            return s3.generate_presigned_url(
-                "get_object", Params={"Bucket": "lab", "Key": "stores/store.h5"}, ExpiresIn=600)
-
-        with RemoteStore(presign) as rs, TrajectoryStore(path) as local:
-            assert rs.open_requests <= 3 and rs.open_bytes <= 4 << 20
-            assert rs.n_rows == local.n_rows and rs.columns == local.columns
-            for name in rs.columns:
-                a = int(rng.integers(0, rs.n_rows - 600))
-                np.testing.assert_array_equal(rs.read_range(name, a, a + 600),
-                                              local.read_range(name, a, a + 600))
-            ep = int(rng.integers(0, rs.n_episodes))
-            for name, rows in rs.episode(ep).items():
-                np.testing.assert_array_equal(rows, local.episode(ep)[name])
-        assert signed  # the URLs came from the callable
-    finally:
-        server.stop()
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", _MOTO_SCRIPT, str(path)], capture_output=True,
+                         text=True, timeout=300, env=env)
+    assert out.returncode == 0 and "moto ok" in out.stdout, out.stderr[-3000:]
