@@ -315,7 +315,10 @@ class S3Objects:
                 response_checksum_validation="when_required",
                 retries={"max_attempts": 3, "mode": "standard"},
             )
-            client = boto3.client(
+            # a session of its own: boto3's default session caches the credentials it found
+            # first, so a second backend in one process (another bucket, rotated keys)
+            # would sign with stale ones
+            client = boto3.session.Session().client(
                 "s3", endpoint_url=endpoint_url, region_name=region, config=cfg
             )
         self.client = client
