@@ -8,6 +8,7 @@ row, and the sampler that owns the population and its random streams.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -83,6 +84,62 @@ def _view(raw: np.ndarray, shape: tuple[int, ...], dtype: np.dtype, offset: int,
         inner[k - 1] = inner[k] * shape[k + 1]
     return np.ndarray(shape, dtype=dtype, buffer=raw, offset=offset,
                       strides=(row_bytes, *inner))
+
+
+@dataclass(frozen=True)
+class _NstepPlan:
+    """Where an n-step draw reads each column (see :meth:`StoreReplay._nstep_gather`).
+
+    ``at_last``: the ``next_<x>`` columns (``x`` declared), read at row ``t + m - 1``;
+    ``runs_t`` / ``runs_l``: the record word runs ``[lo, hi)`` (int64 ``(k, 2)``) of the
+    narrow columns read at ``t`` / at ``t + m - 1``; ``rq``, ``rlow``, ``rstep``: the reward
+    column's quantisation; ``fused``: no ``next_of`` and no frame stack, so one kernel pass
+    serves the draw.
+    """
+
+    at_last: tuple[str, ...]
+    runs_t: np.ndarray
+    runs_l: np.ndarray
+    rq: bool
+    rlow: float
+    rstep: float
+    fused: bool
+
+
+_NO_RUNS = np.zeros((0, 2), dtype=np.int64)
+#: reward dtypes the n-step kernels read from the records as they are
+_KERNEL_REWARDS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _word_runs(where: Mapping[str, tuple[int, np.dtype]], sizes: Mapping[str, int],
+               names: Iterable[str]) -> np.ndarray:
+    """The 8-byte words of the record that hold columns ``names`` (byte offset from
+    ``where``, byte length from ``sizes``), as merged ``[lo, hi)`` runs, int64 ``(k, 2)``."""
+    spans = sorted((where[n][0] // 8, -(-(where[n][0] + sizes[n]) // 8))
+                   for n in names if sizes[n])
+    runs: list[list[int]] = []
+    for lo, hi in spans:
+        if runs and lo <= runs[-1][1]:
+            runs[-1][1] = max(runs[-1][1], hi)
+        else:
+            runs.append([lo, hi])
+    return np.array(runs, dtype=np.int64).reshape(-1, 2)
+
+
+def _nstep_plan(rep: StoreReplay) -> _NstepPlan:
+    cols = rep._cols
+    at_last = tuple(n for n in cols.names if n.startswith("next_") and n[5:] in cols.specs)
+    sizes = {n: cols.row_elems(n) * cols.storage_dtype(n).itemsize for n in rep._narrow}
+    where = rep._layout[1]
+    q = cols.quant.get("reward")
+    return _NstepPlan(
+        at_last=at_last,
+        runs_t=_word_runs(where, sizes, [n for n in rep._narrow if n not in at_last]),
+        runs_l=_word_runs(where, sizes, [n for n in rep._narrow if n in at_last]),
+        rq=q is not None, rlow=0.0 if q is None else q.low,
+        rstep=0.0 if q is None else q.step,
+        fused=not rep._streams.next_of and not rep._streams.frame_stack,
+    )
 
 
 class StoreReplay(ReplayFront):
@@ -225,9 +282,12 @@ class StoreReplay(ReplayFront):
         self._trunc_v = self._data["truncated"] if "truncated" in self._end_names else false
         self._end_views = tuple(self._data[c] for c in self._end_names)
         self._into: dict[int, IndexBatch] = {}  # batch size -> the batch sample_into refills
-        #: n-step table: contiguous copies of ``reward``, ``done``, ``truncated`` (None until
-        #: the first n-step draw; then kept in step with every write, dropped on load)
-        self._nsc: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        #: n-step draw plan (built at the first n-step draw) and its scratch per batch size
+        self._ns_plan: _NstepPlan | None = None
+        self._ns_work: dict[int, tuple[Any, ...]] = {}
+        #: float64 copy of a reward the kernels cannot read (float16, longdouble): None
+        #: until the first n-step draw, then kept in step by every write (dropped on load)
+        self._rshadow: np.ndarray | None = None
 
     # ------------------------------------------------------------------ properties
     @property
@@ -300,8 +360,8 @@ class StoreReplay(ReplayFront):
     def _write_ring(self, arrays: dict[str, Any], n: int, cursor: int) -> None:
         r = self._r
         self._put(arrays, self._d, r, cursor)
-        if self._nsc is not None:
-            self._nstep_written(self._d, r, cursor, n)
+        if self._rshadow is not None:
+            self._shadow_written(self._d, r, cursor, n)
         if self._per is not None:
             slots = np.empty(min(n, r), dtype=np.int64)
             _rk.ring_slots_cpu(self._d, r, cursor, n, slots)
@@ -309,8 +369,8 @@ class StoreReplay(ReplayFront):
 
     def _write_demos(self, arrays: dict[str, Any], n: int) -> None:
         self._put(arrays, self._n_demo, n, 0)
-        if self._nsc is not None:
-            self._nstep_written(self._n_demo, n, 0, n)
+        if self._rshadow is not None:
+            self._shadow_written(self._n_demo, n, 0, n)
         if self._per is not None:
             self._per.note_added(np.arange(self._n_demo, self._n_demo + n, dtype=np.int64))
 
@@ -327,8 +387,8 @@ class StoreReplay(ReplayFront):
             self._cut_first[1] = any(a[pos] for a in self._end_views)
         for dst, v in zip(plan, values):
             dst[pos] = v
-        if self._nsc is not None:
-            self._nstep_refresh(pos, pos + 1)
+        if self._rshadow is not None:
+            self._rshadow[pos] = self._data["reward"][pos]
         if self._per is not None:
             self._per.note_added(np.array([pos], dtype=np.int64))
         self._cursor = cur + 1 if cur + 1 < r else 0
@@ -503,59 +563,110 @@ class StoreReplay(ReplayFront):
         return int(self._per.update_priorities(np.ascontiguousarray(batch.indices[:, 0]), p,
                                                batch.stamps))
 
-    # ------------------------------------------------------------------ n-step table
+    # ------------------------------------------------------------------ n-step draws
     def _nstep_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``reward``, ``done``, ``truncated`` as views of the n-step table: one 8-byte row
-        per physical row (``reward`` float32 or, for a wider reward dtype, float64, then the
-        two flags), built from the stored rows at the first n-step draw and kept in step by
-        every write from then on (dropped on load and rebuilt).
+        """``reward`` (:meth:`_nstep_reward`), ``done``, ``truncated`` (their ``(capacity,)``
+        views of the row records, a zero-stride False view when not declared): the arrays
+        the n-step kernels walk."""
+        return self._nstep_reward(), self._done_v, self._trunc_v
 
-        Measured (``bench/test_replay.py``, 168-byte records at 10^6 rows, one run, load
-        3-4): the walk over the records reads two more scattered records per lane; over the
-        table (8 MB, the whole window of a lane in one cache line) with a touch loop per 64
-        lanes, n-step ``sample(4096)`` went from 600 to 465 us; two plain record gathers
-        (the reads at ``t`` and ``t + m - 1`` without any walk) take 405 us.  The walk is
-        the same kernel over values converted exactly, so the results are the same.
-        """
-        nsc = self._nsc
-        if nsc is None:
-            cap = self._capacity
-            src = self._data["reward"]
-            wide = src.dtype.itemsize > 4 or src.dtype.kind in "iu" and src.dtype.itemsize > 2
-            rdt = np.dtype(np.float64 if wide else np.float32)
-            row = 2 * rdt.itemsize
-            raw = np.zeros((cap, row), dtype=np.uint8)
-            rew = _view(raw, (cap,), rdt, 0, row)
-            rew[:] = src
-            flags = []
-            for k, c in enumerate(("done", "truncated")):
-                if c in self._end_names:
-                    f = _view(raw, (cap,), np.dtype(np.bool_), rdt.itemsize + k, row)
-                    f[:] = self._data[c]
-                else:
-                    f = np.broadcast_to(np.zeros(1, dtype=np.bool_), (cap,))
-                flags.append(f)
-            nsc = self._nsc = (rew, flags[0], flags[1])
-        return nsc
+    def _nstep_reward(self) -> np.ndarray:
+        """The reward array the n-step kernels read: the record view (uint8 codes when
+        quantised), or for a dtype Numba cannot read (float16, longdouble) its float64
+        copy (exact for float16; longdouble rounded as numpy casts it)."""
+        src = self._data["reward"]
+        if src.dtype in _KERNEL_REWARDS or "reward" in self._cols.quant:
+            return src
+        sh = self._rshadow
+        if sh is None:
+            sh = self._rshadow = src.astype(np.float64)
+        return sh
 
-    def _nstep_refresh(self, lo: int, hi: int) -> None:
-        """Copy physical rows ``[lo, hi)`` of the stored columns into the n-step table."""
-        assert self._nsc is not None
-        rew, done, trunc = self._nsc
-        rew[lo:hi] = self._data["reward"][lo:hi]
-        if done.strides[0]:
-            done[lo:hi] = self._done_v[lo:hi]
-        if trunc.strides[0]:
-            trunc[lo:hi] = self._trunc_v[lo:hi]
-
-    def _nstep_written(self, base: int, cap: int, cur: int, n: int) -> None:
-        """The n-step table after ``_put(arrays, base, cap, cur)`` of ``n`` rows."""
+    def _shadow_written(self, base: int, cap: int, cur: int, n: int) -> None:
+        """The reward copy after ``_put(arrays, base, cap, cur)`` of ``n`` rows."""
+        assert self._rshadow is not None
+        src, sh = self._data["reward"], self._rshadow
         skip = _rk.ring_skip_py(n, cap)
         pos = _rk.ring_slot_py(cur, skip, cap)
         first = min(n - skip, cap - pos)
-        self._nstep_refresh(base + pos, base + pos + first)
+        a = base + pos
+        sh[a : a + first] = src[a : a + first]
         if skip + first < n:
-            self._nstep_refresh(base, base + n - skip - first)
+            sh[base : base + n - skip - first] = src[base : base + n - skip - first]
+
+    def _nstep_plan(self) -> _NstepPlan:
+        """What an n-step draw reads where (built once: the layout never changes)."""
+        plan = self._ns_plan
+        if plan is None:
+            plan = self._ns_plan = _nstep_plan(self)
+        return plan
+
+    def _nstep_work(self, b: int) -> tuple[Any, ...]:
+        """Scratch of a fused n-step draw of ``b`` rows, reused per size: the records words
+        at ``t`` and at ``t + m - 1`` (``(b, W)`` uint64 each), each column's view of the
+        one it is read from, the identity rows (for dequantisation) and ``last``."""
+        w = self._ns_work.get(b)
+        if w is None:
+            if len(self._ns_work) >= 4:
+                self._ns_work.clear()
+            rb = self._row_bytes
+            recs_t = np.empty((b, rb // 8), dtype=np.uint64)
+            recs_l = np.empty((b, rb // 8), dtype=np.uint64)
+            at_last = self._nstep_plan().at_last
+            cols = {}
+            for name in self._narrow:
+                q, e, wdt = self._plan[name]
+                off = self._layout[1][name][0]
+                raw = (recs_l if name in at_last else recs_t).view(np.uint8)
+                if q is None:
+                    n_w = e * self._cols.storage_dtype(name).itemsize // wdt.itemsize
+                    cols[name] = _view(raw, (b, n_w), wdt, off, rb)
+                else:
+                    cols[name] = _view(raw, (b, e), np.dtype(np.uint8), off, rb)
+            w = self._ns_work[b] = (recs_t, recs_l, cols, np.arange(b, dtype=np.int64),
+                                    np.empty(b, dtype=np.int64))
+        return w
+
+    def _nstep_gather(self, idx: np.ndarray, outputs: Mapping[str, np.ndarray], b: int,
+                      ns: tuple[int, float], plan: _NstepPlan) -> None:
+        """A transition draw with n-step targets and no ``next_of`` / frame stack: one kernel
+        pass (:func:`_stream_kernels.nstep_gather_cpu`) walks each window over the records
+        and copies the record words at ``t`` and at ``t + m - 1``; then each column comes
+        off the scratch it was read into, and wide columns from their own arrays.
+
+        Measured (``bench/test_replay.py``, 168-byte records at 10^6 rows, 4096 rows, one
+        run, load 4-7): the walk over the records with the lines of a lane prefetched 16
+        lanes ahead, with the record copies, 142 us (n=3, one env) to 179 us (n=5, 8
+        envs); the same pass over the former 8-byte n-step table 196-215 us (the table is a
+        second random place per lane, the records' next rows are in the lane's own pages);
+        the former three passes (table walk, record gather, next_* gather) 480 us.
+        """
+        recs_t, recs_l, cols, ident, last = self._nstep_work(b)
+        _sk.nstep_gather_cpu(idx, ns[0], ns[1], self._nstep_reward(), plan.rq, plan.rlow,
+                             plan.rstep, self._done_v, self._trunc_v, *self._geom(),
+                             self._rec, plan.runs_t, plan.runs_l, recs_t, recs_l,
+                             outputs["return"], outputs["discount"], last)
+        self._copy_out(cols, self._narrow, outputs, b, ident)
+        for name in self._wide:
+            out = outputs[name]
+            rows = last if name in plan.at_last else idx
+            q, e, wdt = self._plan[name]
+            if q is None:
+                _rk.gather_wide_rows_cpu(self._words[name], rows, out.reshape(b, e).view(wdt))
+            else:
+                _qk.gather_dequantize_cpu(self._rows2d[name], rows, q.low, q.step,
+                                          out.reshape(b, e))
+
+    def _nstep_walk(self, idx: np.ndarray, outputs: Mapping[str, np.ndarray], b: int,
+                    ns: tuple[int, float], plan: _NstepPlan) -> np.ndarray:
+        """The n-step targets alone (``return``, ``discount`` into ``outputs``); returns the
+        last row of every window."""
+        last = np.empty(b, dtype=np.int64)
+        _sk.nstep_gather_cpu(idx, ns[0], ns[1], self._nstep_reward(), plan.rq, plan.rlow,
+                             plan.rstep, self._done_v, self._trunc_v, *self._geom(),
+                             self._rec, _NO_RUNS, _NO_RUNS, self._rec, self._rec,
+                             outputs["return"], outputs["discount"], last)
+        return last
 
     # ------------------------------------------------------------------ streams
     def _end_flags(self, phys: np.ndarray) -> np.ndarray:
@@ -620,15 +731,17 @@ class StoreReplay(ReplayFront):
     def _gather_ext(self, idx: np.ndarray, outputs: Mapping[str, np.ndarray], b: int,
                     ns: tuple[int, float] | None) -> None:
         names = self._cols.names
-        at_last = [n for n in names if ns is not None and n.startswith("next_")
-                   and n[5:] in self._cols.specs]
+        at_last: tuple[str, ...] = ()
         last = idx
         if ns is not None:
-            # the walk first, over the n-step table (8 bytes a row: a lane's window is one
-            # cache line), then the records at t and the next_* columns at t + m - 1
-            last = np.empty(b, dtype=np.int64)
-            _sk.nstep_cpu(idx, ns[0], ns[1], *self._nstep_arrays(), *self._geom(),
-                          outputs["return"], outputs["discount"], last)
+            plan = self._nstep_plan()
+            if plan.fused and b <= _RECORD_GATHER_MAX:
+                self._nstep_gather(idx, outputs, b, ns, plan)
+                return
+            # next_of or frame stacks: the walk first, then the columns at t and the
+            # next_* columns at t + m - 1
+            at_last = plan.at_last
+            last = self._nstep_walk(idx, outputs, b, ns, plan)
         self._gather_cols(idx, outputs, [n for n in names if n not in at_last])
         fs = self._streams.frame_stack
         for n in at_last:
@@ -783,7 +896,7 @@ class StoreReplay(ReplayFront):
 
     def _load_rows(self, name: str, demo: np.ndarray, ring_rows: np.ndarray,
                    ring: ck.RingState) -> None:
-        self._nsc = None  # rebuilt from the loaded rows at the next n-step draw
+        self._rshadow = None  # rebuilt from the loaded rows at the next n-step draw
         for lo, rows in ((0, demo), (self._d, ring_rows)):
             dest = self._data[name][lo : lo + rows.shape[0]]
             if not np.may_share_memory(dest, rows):

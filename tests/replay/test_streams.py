@@ -369,40 +369,186 @@ def test_streams_with_ere_and_a_demo_split(prioritized, rng):
         _check_transitions(rep, model, out, 4, 0.8, 0)
 
 
-@pytest.mark.parametrize("rdt", [np.float32, np.float64])
-def test_nstep_table_follows_every_write_and_load(rdt, rng, tmp_path):
-    """The n-step table (built at the first n-step draw) equals the stored reward / done /
-    truncated after one-row adds, batches that wrap, demos and a load."""
+def _stored_cols(rdt=np.float32, wide: bool = False) -> list[ColumnSpec]:
+    """``_cols()`` with a stored ``next_obs`` (no next_of: the fused n-step pass), the
+    reward in ``rdt``; ``wide`` adds a 600-byte column and its stored ``next_`` column
+    (kept apart from the records)."""
+    c = [ColumnSpec("obs", np.float32, (2,)), ColumnSpec("reward", rdt, ()),
+         ColumnSpec("next_obs", np.float32, (2,)), ColumnSpec("done", np.bool_, ()),
+         ColumnSpec("truncated", np.bool_, ())]
+    if wide:
+        c += [ColumnSpec("pix", np.uint8, (600,)), ColumnSpec("next_pix", np.uint8, (600,))]
+    return c
+
+
+def _with_pix(rows: dict) -> dict:
+    """The rows plus ``pix`` / ``next_pix`` derived from the row id (obs[..., 0]) and the
+    stored next_obs, so a sampled row's wide columns can be checked against its own."""
+    ids = rows["obs"][..., 0].astype(np.int64)
+    nxt = rows["next_obs"][..., 0].astype(np.int64)
+    ramp = np.arange(600, dtype=np.int64)
+    return {**rows, "pix": ((ids[..., None] + ramp) % 251).astype(np.uint8),
+            "next_pix": ((nxt[..., None] * 3 + ramp) % 253).astype(np.uint8)}
+
+
+@pytest.mark.parametrize("n_envs, per_env, demo", [(1, 7, 0), (3, 5, 0), (2, 4, 3), (1, 1, 2)])
+@pytest.mark.parametrize("rdt", [np.float16, np.float32, np.float64])
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_nstep_with_stored_next_columns_matches_the_reference(n_envs, per_env, demo, rdt,
+                                                              prioritized, rng):
+    """The fused pass (stored next_obs): every column at t, next_obs at t+m-1 of the same
+    stream, return and discount against the brute-force reference, over one-row adds,
+    wraps, a batch larger than the ring and demos."""
+    model = Model(n_envs, per_env)
+    rep = StoreReplay(_stored_cols(rdt), n_envs * per_env + demo, n_envs=n_envs,
+                      demo_capacity=demo, seed=3, prioritized=prioritized)
+    if demo:
+        dm = Model(1, demo)
+        dm.next_id = 10_000
+        rep.add_demos(**{**dm.step_rows(demo, rng), "reward": np.zeros(demo, rdt)})
+        for r in dm.envs[0]:
+            r["reward"] = 0.0
+        model.demos = dm.envs[0]
+        model.reindex()
+    for t in [1, 2, per_env + 1, 3, 1, 1]:
+        rows = model.step_rows(t, rng)
+        rows["reward"] = rows["reward"].astype(rdt)
+        if n_envs == 1 and t == 1:
+            rows = {k: v[0] for k, v in rows.items()}  # one row: the add fast path
+        rep.add(**rows)
+        for n_step in (1, 3, 12):  # 12: longer than every episode and stream
+            out, _ = rep.sample(64, n_step=n_step, gamma=0.9)
+            assert out["reward"].dtype == rdt
+            _check_transitions(rep, model, out, n_step, 0.9, 0)
+            for i, rid in enumerate(out["obs"][:, 0].astype(int)):
+                k, j = model.by_id[rid]
+                row = model.stream(k)[j]
+                assert out["reward"][i] == row["reward"]
+                assert out["done"][i] == row["done"]
+                assert out["truncated"][i] == row["truncated"]
+
+
+@pytest.mark.parametrize("n_envs, demo, wide, quant", [(1, 0, False, False), (3, 2, False, True),
+                                                       (2, 3, True, False), (1, 2, True, True)])
+def test_nstep_gather_kernel_equals_the_device_body_and_the_record_gather(n_envs, demo, wide,
+                                                                         quant, rng):
+    """``nstep_gather_cpu`` (one host pass) against ``nstep_cpu`` (the device body's host
+    compile) bit for bit, at every held row, wrapped rings included; its record words equal
+    the records at t and at t+m-1; the drawn columns equal ``rows()`` at those rows."""
+    per_env = 6
+    cols = _stored_cols(np.float32, wide)
+    kw = {"quantize": {"reward": (-4.0, 4.0), "obs": (-1.0, 20000.0)}} if quant else {}
+    rep = StoreReplay(cols, n_envs * per_env + demo, n_envs=n_envs, demo_capacity=demo, **kw)
+    model = Model(n_envs, per_env)
+    if demo:
+        dm = Model(1, demo)
+        dm.next_id = 10_000
+        rep.add_demos(**_with_pix(dm.step_rows(demo, rng)) if wide else dm.step_rows(demo, rng))
+    for t in (4, 5, 3):  # wraps twice; the oldest slot is not slot 0
+        rows = model.step_rows(t, rng)
+        rep.add(**_with_pix(rows) if wide else rows)
+        held = rep.time_order()
+        idx = np.concatenate([held, held[::-1], rng.choice(held, 40)]).astype(np.int64)
+        b = idx.shape[0]
+        plan = rep._nstep_plan()
+        reward = rep._nstep_reward()
+        if quant:  # the walk sums what a draw returns: the dequantised reward
+            reward = rep.rows(np.arange(rep.capacity))["reward"].astype(np.float32)
+        for n in (1, 2, 3, 7):
+            for g in (0.5, 0.99):
+                want = [np.empty(b, np.float32), np.empty(b, np.float32), np.empty(b, np.int64)]
+                sk.nstep_cpu(idx, n, g, reward, rep._done_v, rep._trunc_v, *rep._geom(), *want)
+                recs_t = np.zeros((b, rep._rec.shape[1]), np.uint64)
+                recs_l = np.zeros_like(recs_t)
+                got = [np.empty(b, np.float32), np.empty(b, np.float32), np.empty(b, np.int64)]
+                sk.nstep_gather_cpu(idx, n, g, rep._nstep_reward(), plan.rq, plan.rlow,
+                                    plan.rstep, rep._done_v, rep._trunc_v, *rep._geom(),
+                                    rep._rec, plan.runs_t, plan.runs_l, recs_t, recs_l, *got)
+                for x, y in zip(got, want):
+                    np.testing.assert_array_equal(x, y)
+                for runs, recs, rows_ in ((plan.runs_t, recs_t, idx), (plan.runs_l, recs_l,
+                                                                        want[2])):
+                    for lo, hi in runs:
+                        np.testing.assert_array_equal(recs[:, lo:hi], rep._rec[rows_, lo:hi])
+                out = rep._new_outputs_ext(b, (n, g))
+                rep._gather_ext(idx, out, b, (n, g))
+                at_t, at_last = rep.rows(idx), rep.rows(want[2])
+                np.testing.assert_array_equal(out["return"], want[0])
+                np.testing.assert_array_equal(out["discount"], want[1])
+                for name in rep.columns:
+                    src = at_last if name in ("next_obs", "next_pix") else at_t
+                    np.testing.assert_array_equal(out[name], src[name], err_msg=name)
+
+
+def test_nstep_sums_the_dequantised_reward(rng):
+    """A quantised reward: the return sums the values a draw returns (codes step 1 here, so
+    every reward is exact), not the stored codes."""
+    model = Model(2, 8)
+    rep = StoreReplay(_stored_cols(), 16, n_envs=2, quantize={"reward": (-4.0, 251.0)})
+    rep.add(**model.step_rows(11, rng))
+    for n_step in (1, 3):
+        out, _ = rep.sample(64, n_step=n_step, gamma=0.5)
+        _check_transitions(rep, model, out, n_step, 0.5, 0)
+        if n_step == 1:
+            np.testing.assert_array_equal(out["return"], out["reward"])
+
+
+def test_nstep_large_draw_equals_the_fused_pass(rng):
+    """A draw above the record-scratch size takes the column-by-column path; its rows equal
+    the fused pass's."""
+    model = Model(2, 20)
+    rep = StoreReplay(_stored_cols(), 40, n_envs=2)
+    rep.add(**model.step_rows(27, rng))
+    held = rep.time_order()
+    idx = rng.choice(held, 70_000).astype(np.int64)
+    big = rep._new_outputs_ext(idx.shape[0], (3, 0.9))
+    rep._gather_ext(idx, big, idx.shape[0], (3, 0.9))
+    small = rep._new_outputs_ext(4096, (3, 0.9))
+    rep._gather_ext(idx[:4096], small, 4096, (3, 0.9))
+    for k in small:
+        np.testing.assert_array_equal(big[k][:4096], small[k], err_msg=k)
+
+
+@pytest.mark.parametrize("rdt", [np.float16, np.float32, np.float64, np.longdouble])
+def test_nstep_draws_follow_every_write_and_load(rdt, rng, tmp_path):
+    """The reward the n-step walk reads (the record view, or the float64 copy of a float16 /
+    longdouble reward, built at the first n-step draw) equals the stored rewards after
+    one-row adds, batches that wrap, demos and a load; the resumed replay draws exactly
+    what the saved one would."""
     cols = [ColumnSpec("obs", np.float32, (2,)), ColumnSpec("reward", rdt, ()),
-            ColumnSpec("done", np.bool_, ()), ColumnSpec("truncated", np.bool_, ())]
+            ColumnSpec("done", np.bool_, ()), ColumnSpec("truncated", np.bool_, ()),
+            ColumnSpec("next_obs", np.float32, (2,))]
     rep = StoreReplay(cols, 37, demo_capacity=5)
 
     def rows(n):
         return {"obs": rng.standard_normal((n, 2), dtype=np.float32),
                 "reward": (rng.standard_normal(n) * 100).astype(rdt),
-                "done": rng.random(n) < 0.2, "truncated": rng.random(n) < 0.1}
-
-    def check(r):
-        rew, done, trunc = r._nstep_arrays()
-        np.testing.assert_array_equal(rew, r._data["reward"].astype(rew.dtype))
-        np.testing.assert_array_equal(done, r._data["done"])
-        np.testing.assert_array_equal(trunc, r._data["truncated"])
+                "done": rng.random(n) < 0.2, "truncated": rng.random(n) < 0.1,
+                "next_obs": rng.standard_normal((n, 2), dtype=np.float32)}
 
     rep.add(**rows(7))
     rep.sample(4, n_step=2, gamma=0.9)
-    assert rep._nsc is not None
     for _ in range(40):
-        one = {k: v[0] for k, v in rows(1).items()}
-        rep.add(**one)
+        rep.add(**{k: v[0] for k, v in rows(1).items()})
     rep.add(**rows(50))  # more than the ring: the newest win
     rep.add(**rows(13))  # wraps
     rep.add_demos(**rows(3))
+
+    def check(r):
+        stored = r.rows()
+        rew, done, trunc = r._nstep_arrays()
+        assert rew.dtype == (rdt if rdt in (np.float32, np.float64) else np.float64)
+        order = r.time_order()
+        np.testing.assert_array_equal(rew[order], stored["reward"].astype(rew.dtype))
+        np.testing.assert_array_equal(done[order], stored["done"])
+        np.testing.assert_array_equal(trunc[order], stored["truncated"])
+
     check(rep)
     rep.sample(4, n_step=2, gamma=0.9)
     path = tmp_path / "r.h5"
     rep.save(path)
     back = StoreReplay.load(path)
-    assert back._nsc is None
+    assert back._rshadow is None
     a = rep.sample(64, n_step=3, gamma=0.9)[0]
     b = back.sample(64, n_step=3, gamma=0.9)[0]
     for k in a:
