@@ -15,6 +15,7 @@ bool, which is what the issue's layout asks for.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import numpy as np
@@ -348,6 +349,36 @@ def test_nstep_sample(benchmark, ratios):
     rep.sample(BATCH, n_step=3, gamma=0.99)
     benchmark(lambda: rep.sample(BATCH, n_step=3, gamma=0.99))
     ratios.record(G_NSTEP, "StoreReplay.sample(4096, n_step=3)", benchmark, items=BATCH)
+
+
+#: (n_envs, prioritized, n_step) of the n-step matrix, each case's plain baseline first
+NSTEP_MATRIX = [(e, per, n) for e in (1, 8) for per in (False, True) for n in (None, 3, 5)]
+
+
+@functools.lru_cache(maxsize=1)
+def _stream_replay(n_envs: int, prioritized: bool) -> StoreReplay:
+    """The issue's layout with ``n_envs`` streams (``(CAP / E, E)`` steps added), filled."""
+    rep = StoreReplay(_columns(), CAP, n_envs=n_envs, prioritized=prioritized, seed=0)
+    rows = _batch(CAP)
+    if n_envs > 1:
+        rows = {k: v.reshape(CAP // n_envs, n_envs, *v.shape[1:]) for k, v in rows.items()}
+    rep.add(**rows)
+    return rep
+
+
+@pytest.mark.parametrize("n_envs, prioritized, n_step", NSTEP_MATRIX,
+                         ids=[f"E{e}-{'per' if p else 'uni'}-{'plain' if n is None else f'n{n}'}"
+                              for e, p, n in NSTEP_MATRIX])
+def test_nstep_matrix(benchmark, ratios, n_envs, prioritized, n_step):
+    """n-step sample(4096) against plain sample(4096) of the same replay, per (n_envs,
+    uniform / prioritized); the draw's stream cost (n_envs > 1) is in both."""
+    rep = _stream_replay(n_envs, prioritized)
+    group = (f"replay sample(4096), n_step vs plain, n_envs={n_envs}, "
+             f"{'prioritized' if prioritized else 'uniform'}")
+    rep.sample(BATCH, n_step=n_step, gamma=0.99)
+    benchmark(lambda: rep.sample(BATCH, n_step=n_step, gamma=0.99))
+    what = "StoreReplay.sample(4096)" if n_step is None else f"n_step={n_step}"
+    ratios.record(group, what, benchmark, baseline=n_step is None, items=BATCH)
 
 
 def _seq_replay(rows: int, n_envs: int = 1) -> StoreReplay:

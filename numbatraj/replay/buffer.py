@@ -91,51 +91,37 @@ class _NstepPlan:
     """Where an n-step draw reads each column (see :meth:`StoreReplay._nstep_gather`).
 
     ``at_last``: the ``next_<x>`` columns (``x`` declared), read at row ``t + m - 1``;
-    ``runs_t`` / ``runs_l``: the record word runs ``[lo, hi)`` (int64 ``(k, 2)``) of the
-    narrow columns read at ``t`` / at ``t + m - 1``; ``rq``, ``rlow``, ``rstep``: the reward
-    column's quantisation; ``fused``: no ``next_of`` and no frame stack, so one kernel pass
-    serves the draw.
+    ``words_l``: the record words ``[lo, hi)`` that hold the narrow ones (``(0, 0)``: none);
+    ``rq``, ``rlow``, ``rstep``: the reward column's quantisation; ``fused``: no ``next_of``
+    and no frame stack, so one kernel pass serves the draw.
     """
 
     at_last: tuple[str, ...]
-    runs_t: np.ndarray
-    runs_l: np.ndarray
+    words_l: tuple[int, int]
     rq: bool
     rlow: float
     rstep: float
     fused: bool
 
 
-_NO_RUNS = np.zeros((0, 2), dtype=np.int64)
+_NO_WORDS = np.zeros((0, 0), dtype=np.uint64)
 #: reward dtypes the n-step kernels read from the records as they are
 _KERNEL_REWARDS = (np.dtype(np.float32), np.dtype(np.float64))
-
-
-def _word_runs(where: Mapping[str, tuple[int, np.dtype]], sizes: Mapping[str, int],
-               names: Iterable[str]) -> np.ndarray:
-    """The 8-byte words of the record that hold columns ``names`` (byte offset from
-    ``where``, byte length from ``sizes``), as merged ``[lo, hi)`` runs, int64 ``(k, 2)``."""
-    spans = sorted((where[n][0] // 8, -(-(where[n][0] + sizes[n]) // 8))
-                   for n in names if sizes[n])
-    runs: list[list[int]] = []
-    for lo, hi in spans:
-        if runs and lo <= runs[-1][1]:
-            runs[-1][1] = max(runs[-1][1], hi)
-        else:
-            runs.append([lo, hi])
-    return np.array(runs, dtype=np.int64).reshape(-1, 2)
 
 
 def _nstep_plan(rep: StoreReplay) -> _NstepPlan:
     cols = rep._cols
     at_last = tuple(n for n in cols.names if n.startswith("next_") and n[5:] in cols.specs)
-    sizes = {n: cols.row_elems(n) * cols.storage_dtype(n).itemsize for n in rep._narrow}
-    where = rep._layout[1]
+    spans = []
+    for n in rep._narrow:
+        nbytes = cols.row_elems(n) * cols.storage_dtype(n).itemsize
+        if n in at_last and nbytes:
+            off = rep._layout[1][n][0]
+            spans.append((off // 8, -(-(off + nbytes) // 8)))
     q = cols.quant.get("reward")
     return _NstepPlan(
         at_last=at_last,
-        runs_t=_word_runs(where, sizes, [n for n in rep._narrow if n not in at_last]),
-        runs_l=_word_runs(where, sizes, [n for n in rep._narrow if n in at_last]),
+        words_l=(min(a for a, _ in spans), max(b for _, b in spans)) if spans else (0, 0),
         rq=q is not None, rlow=0.0 if q is None else q.low,
         rstep=0.0 if q is None else q.step,
         fused=not rep._streams.next_of and not rep._streams.frame_stack,
@@ -644,7 +630,7 @@ class StoreReplay(ReplayFront):
         recs_t, recs_l, cols, ident, last = self._nstep_work(b)
         _sk.nstep_gather_cpu(idx, ns[0], ns[1], self._nstep_reward(), plan.rq, plan.rlow,
                              plan.rstep, self._done_v, self._trunc_v, *self._geom(),
-                             self._rec, plan.runs_t, plan.runs_l, recs_t, recs_l,
+                             self._rec, recs_t, *plan.words_l, recs_l,
                              outputs["return"], outputs["discount"], last)
         self._copy_out(cols, self._narrow, outputs, b, ident)
         for name in self._wide:
@@ -664,7 +650,7 @@ class StoreReplay(ReplayFront):
         last = np.empty(b, dtype=np.int64)
         _sk.nstep_gather_cpu(idx, ns[0], ns[1], self._nstep_reward(), plan.rq, plan.rlow,
                              plan.rstep, self._done_v, self._trunc_v, *self._geom(),
-                             self._rec, _NO_RUNS, _NO_RUNS, self._rec, self._rec,
+                             self._rec, _NO_WORDS, 0, 0, _NO_WORDS,
                              outputs["return"], outputs["discount"], last)
         return last
 

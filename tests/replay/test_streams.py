@@ -463,13 +463,13 @@ def test_nstep_gather_kernel_equals_the_device_body_and_the_record_gather(n_envs
                 got = [np.empty(b, np.float32), np.empty(b, np.float32), np.empty(b, np.int64)]
                 sk.nstep_gather_cpu(idx, n, g, rep._nstep_reward(), plan.rq, plan.rlow,
                                     plan.rstep, rep._done_v, rep._trunc_v, *rep._geom(),
-                                    rep._rec, plan.runs_t, plan.runs_l, recs_t, recs_l, *got)
+                                    rep._rec, recs_t, *plan.words_l, recs_l, *got)
                 for x, y in zip(got, want):
                     np.testing.assert_array_equal(x, y)
-                for runs, recs, rows_ in ((plan.runs_t, recs_t, idx), (plan.runs_l, recs_l,
-                                                                        want[2])):
-                    for lo, hi in runs:
-                        np.testing.assert_array_equal(recs[:, lo:hi], rep._rec[rows_, lo:hi])
+                np.testing.assert_array_equal(recs_t, rep._rec[idx])
+                lo, hi = plan.words_l
+                assert hi > lo
+                np.testing.assert_array_equal(recs_l[:, lo:hi], rep._rec[want[2], lo:hi])
                 out = rep._new_outputs_ext(b, (n, g))
                 rep._gather_ext(idx, out, b, (n, g))
                 at_t, at_last = rep.rows(idx), rep.rows(want[2])
