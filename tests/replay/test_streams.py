@@ -554,3 +554,25 @@ def test_nstep_draws_follow_every_write_and_load(rdt, rng, tmp_path):
     for k in a:
         np.testing.assert_array_equal(a[k], b[k])
     check(back)
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_nstep_sample_into_equals_sample(prioritized, rng):
+    """sample_into with n_step fills caller arrays with what sample returns (same seed, same
+    rows), draw after draw (the per-size scratch is reused)."""
+    model = Model(3, 6)
+    rows = model.step_rows(8, rng)
+    a = StoreReplay(_stored_cols(), 18, n_envs=3, seed=9, prioritized=prioritized)
+    b = StoreReplay(_stored_cols(), 18, n_envs=3, seed=9, prioritized=prioritized)
+    a.add(**rows)
+    b.add(**rows)
+    outs = {n: np.empty((32, *s.shape), s.dtype) for n, s in b.columns.items()}
+    outs["return"] = np.empty(32, np.float32)
+    outs["discount"] = np.empty(32, np.float32)
+    for n_step in (3, 1, 3):
+        want, wb = a.sample(32, n_step=n_step, gamma=0.7)
+        got = b.sample_into(outs, 32, n_step=n_step, gamma=0.7)
+        np.testing.assert_array_equal(got.indices, wb.indices)
+        for k in want:
+            np.testing.assert_array_equal(outs[k], want[k], err_msg=k)
+        _check_transitions(b, model, outs, n_step, 0.7, 0)
