@@ -124,12 +124,13 @@ def nstep_cpu(idx, n, gamma, reward, done, trunc, ring_base, n_demo, ring_cap, n
     stream.  ``ret[i] = sum_k gamma**k reward[t+k]`` (float64 sum, stored float32),
     ``disc[i] = gamma**m`` or 0 when the window ended on ``done``, ``last[i] = t+m-1``.
 
+    The host twin of the device kernel: the tests hold the device (``_stream_cuda``) and
+    :func:`nstep_gather_cpu` (what ``StoreReplay`` draws through) to it, bit for bit.
     Lanes go in blocks of 64: a short loop first loads each lane's first and last possible
-    row, so the block's misses are in flight together (the walk alone keeps two or three
-    lanes' misses in flight); returns their checksum (unused).  The walk is
-    :func:`nstep_row_py`'s body (the device's), written out: calling that body
-    here, inlined or not, measured 4-8x slower over the n-step table (130-270 us against
-    35 us for 4096 lanes, one run, load 0.5); the tests hold the two to the same values.
+    row, so the block's misses are in flight together; returns their checksum (unused).
+    The walk is :func:`nstep_row_py`'s body (the device's), written out: calling that body
+    here, inlined or not, measured 4-8x slower (130-270 us against 35 us for 4096 lanes
+    over an 8-byte table of reward / done / truncated, one run, load 0.5).
     """
     b = idx.shape[0]
     cap = reward.shape[0]
@@ -191,8 +192,9 @@ def _prefetch_typer(typingctx, arr, i):  # type: ignore[no-untyped-def]
 _prefetch: Any = intrinsic(_prefetch_typer)
 
 #: Lanes whose lines :func:`nstep_gather_cpu` prefetches ahead of the lane it computes.
-#: Measured (4096 lanes, 168-byte records at 10^6 rows, n 3 and 5, 1 and 8 envs, one run,
-#: load 4-7): 8 ahead 158-183 us, 16 ahead 142-179 us, 24 ahead 145-180 us.
+#: Measured (4096 lanes, 168-byte records at 10^6 rows; n=3 one env / n=5 eight envs; one
+#: run, load 4.7): 8 ahead 157 / 177 us, 12: 146 / 175, 16: 148 / 175, 24: 148 / 180,
+#: 32: 159 / 180.
 NSTEP_AHEAD = 16
 
 

@@ -620,12 +620,13 @@ class StoreReplay(ReplayFront):
         and copies the record words at ``t`` and at ``t + m - 1``; then each column comes
         off the scratch it was read into, and wide columns from their own arrays.
 
-        Measured (``bench/test_replay.py``, 168-byte records at 10^6 rows, 4096 rows, one
-        run, load 4-7): the walk over the records with the lines of a lane prefetched 16
-        lanes ahead, with the record copies, 142 us (n=3, one env) to 179 us (n=5, 8
-        envs); the same pass over the former 8-byte n-step table 196-215 us (the table is a
-        second random place per lane, the records' next rows are in the lane's own pages);
-        the former three passes (table walk, record gather, next_* gather) 480 us.
+        Measured (the layout of ``bench/test_replay.py``: 168-byte records at 10^6 rows,
+        4096 rows, one run, load 4-7): this kernel 148 us (n=3, one env) to 175 us (n=5,
+        eight envs), against 178 us for the plain draw's record gather alone; a prototype
+        of the same pass over the former 8-byte n-step table 196-215 us (the table is a
+        second random place per lane, while the next rows of a stream are in the lane's own
+        pages); the former three passes (table walk, record gather, next_* gather) 480 us.
+        Without the prefetch, touching the lines per block of 64 lanes: 430 us.
         """
         recs_t, recs_l, cols, ident, last = self._nstep_work(b)
         _sk.nstep_gather_cpu(idx, ns[0], ns[1], self._nstep_reward(), plan.rq, plan.rlow,
