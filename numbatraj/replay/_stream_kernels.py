@@ -196,6 +196,9 @@ _prefetch: Any = intrinsic(_prefetch_typer)
 #: run, load 4.7): 8 ahead 157 / 177 us, 12: 146 / 175, 16: 148 / 175, 24: 148 / 180,
 #: 32: 159 / 180.
 NSTEP_AHEAD = 16
+#: Steps of a lane's window prefetched at most (an ``n`` far beyond any episode must not
+#: cost ``n`` prefetches per lane; the walk itself stops at the stream's newest row).
+_NSTEP_PREFETCH_MAX = 16
 
 
 @njit_kernel
@@ -223,11 +226,12 @@ def nstep_gather_cpu(idx, n, gamma, reward, rq, rlow, rstep, done, trunc, ring_b
     same words of ``out_l[i]``, so the record views of a gather read the columns off both.
 
     Per lane, the lines it will read are prefetched :data:`NSTEP_AHEAD` lanes ahead: record
-    ``t``, the ``reward`` / ``done`` / ``truncated`` of ``t + k E`` for ``k < n`` (``E``: 1
-    in the demos) and words ``[l0, l1)`` of record ``t + (n - 1) E``, the last row unless
-    the window stops early.  The walk counts the steps held ahead of ``t`` once (``(size -
-    1 - j) // E`` for ring logical row ``j``), then steps by ``E``, wrapping at the ring's
-    end; it does the same float operations in the same order as :func:`nstep_row_py`.
+    ``t``, the ``reward`` / ``done`` / ``truncated`` of ``t + k E`` for ``k < n`` (at most
+    16 steps; ``E``: 1 in the demos) and words ``[l0, l1)`` of the last of those records,
+    the last row unless the window stops early.  The walk counts the steps held ahead of
+    ``t`` once (``(size - 1 - j) // E`` for ring logical row ``j``), then steps by ``E``,
+    wrapping at the ring's end; it does the same float operations in the same order as
+    :func:`nstep_row_py`.
     Copies are single word loops of fixed bounds: run lists (only the words a draw needs)
     measured 55 us slower at 4096 lanes than the whole record (215 against 160 us, one run,
     load 4.5).
@@ -244,13 +248,14 @@ def nstep_gather_cpu(idx, n, gamma, reward, rq, rlow, rstep, done, trunc, ring_b
             q = idx[a]
             st = 1 if q < ring_base else n_envs
             _prefetch_words(flat, q * w_rec, 0, wt)
-            for k in range(n):
+            kn = n if n < _NSTEP_PREFETCH_MAX else _NSTEP_PREFETCH_MAX
+            for k in range(kn):
                 q2 = q + k * st
                 if q2 < cap:
                     _prefetch(reward, q2)
                     _prefetch(done, q2)
                     _prefetch(trunc, q2)
-            q2 = q + (n - 1) * st
+            q2 = q + (kn - 1) * st
             if q2 < cap:
                 _prefetch_words(flat, q2 * w_rec, l0, l1)
         if i < 0:

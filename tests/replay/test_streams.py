@@ -576,3 +576,15 @@ def test_nstep_sample_into_equals_sample(prioritized, rng):
         for k in want:
             np.testing.assert_array_equal(outs[k], want[k], err_msg=k)
         _check_transitions(b, model, outs, n_step, 0.7, 0)
+
+
+@pytest.mark.parametrize("next_of", [False, True])
+def test_nstep_far_beyond_every_stream_stops_at_the_write_head(next_of, rng):
+    """n_step = 2**40 (far beyond every episode and stream): each window stops at its
+    episode end or the write head, as the reference does, in the time of a short draw."""
+    model = Model(2, 9)
+    kw = {"next_of": {"next_obs": "obs"}} if next_of else {}
+    rep = StoreReplay(_cols() if next_of else _stored_cols(), 18, n_envs=2, **kw)
+    rep.add(**model.step_rows(12, rng, p_done=0.05, p_trunc=0.0))
+    out, _ = rep.sample(256, n_step=2**40, gamma=0.9)
+    _check_transitions(rep, model, out, 2**40, 0.9, 0)
