@@ -51,12 +51,12 @@ def _steps(rng, t, e=E, trunc=True):
     return out
 
 
-def _pair(trunc=True, demos=3, seed=5, next_of=NEXT, frame_stack=STACK, **kw):
+def _pair(trunc=True, demos=3, seed=5, next_of=NEXT, frame_stack=STACK, cap=CAP, **kw):
     from numbatraj.replay import StoreReplayGpu
 
     args = dict(seed=seed, n_envs=E, demo_capacity=4, next_of=next_of, frame_stack=frame_stack,
                 **kw)
-    gpu, cpu = StoreReplayGpu(_cols(trunc), CAP, **args), StoreReplay(_cols(trunc), CAP, **args)
+    gpu, cpu = StoreReplayGpu(_cols(trunc), cap, **args), StoreReplay(_cols(trunc), cap, **args)
     rng = np.random.default_rng(seed)
     if demos:
         d = {k: v.reshape(-1, *v.shape[2:])[:demos] for k, v in _steps(rng, 2, trunc=trunc).items()}
@@ -307,7 +307,9 @@ def test_checkpoints_keep_the_side_table_in_the_host_format(tmp_path):
             np.testing.assert_array_equal(fg["side"][k][()], fc["side"][k][()])
     back = StoreReplayGpu.load(tmp_path / "g.ckpt")
     _assert_same(_side_state(back)[1], _side_state(gpu)[1])
-    np.testing.assert_array_equal(back._side.d_slot.copy_to_host(), gpu._side.d_slot.copy_to_host())
+    slot = back._side.d_slot.copy_to_host()[:, 0]  # the mirror of the reloaded table
+    np.testing.assert_array_equal(slot, back._side.slot)
+    np.testing.assert_array_equal(slot >= 0, gpu._side.slot >= 0)
     a, _ = gpu.sample(16, n_step=3)
     b, _ = back.sample(16, n_step=3)
     _assert_same(_host(b), _host(a))  # the resumed replay draws exactly what the saved one would
@@ -336,13 +338,14 @@ def test_to_host_carries_next_of_frame_stacks_and_the_side_table(tmp_path):
 
 def test_device_next_obs_on_the_side_table_growth():
     """Many episode ends: the side pool doubles past its first 16 rows, the mirror follows."""
-    gpu, cpu, rng = _pair(demos=0)
-    for _ in range(4):
-        s = _steps(rng, 6)
+    gpu, cpu, rng = _pair(demos=0, cap=36)  # a ring of 32 rows
+    for t in (2, 9, 9):
+        s = _steps(rng, t)
         s["done"][:] = True  # every row ends an episode: every next_obs is kept
         gpu.add(**s)
         cpu.add(**s)
-    assert gpu._side.pool["next_obs"].shape[0] > 16 and gpu._side.n_kept == 12
+    assert gpu._side.pool["next_obs"].shape[0] > 16 and gpu._side.n_kept == 32
+    assert gpu._side.d_pool["next_obs"].shape[0] == gpu._side.pool["next_obs"].shape[0]
     out, batch = gpu.sample(24)
     want = cpu._new_outputs_ext(24, None)
     cpu._gather_ext(batch.indices.copy_to_host(), want, 24, None)
