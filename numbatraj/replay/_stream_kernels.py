@@ -426,7 +426,9 @@ def _pw_level(k, inner):  # type: ignore[no-untyped-def]
     return f
 
 
-pw_sum = njit_kernel(device_twin(_pw_flat_py, pw_block=pw_block))
+#: the bottom of the chain (what ``_pw_split_py`` calls as it stands: one split level)
+pw_inner = njit_kernel(device_twin(_pw_flat_py, pw_block=pw_block))
+pw_sum = pw_inner
 for _k in range(_PW_LEVELS):
     pw_sum = njit_kernel(_pw_level(_k, pw_sum))
 

@@ -212,9 +212,9 @@ class StoreReplayGpu(ReplayFront):
         if self._side is None:
             specs = self._cols.specs
             rc = self._rc
+            nx = self._streams.next_of
             self._side = _DeviceSide(
-                self._capacity,
-                {t: (specs[src].dtype, specs[src].shape) for t, src in self._streams.next_of.items()},
+                self._capacity, {t: (specs[src].dtype, specs[src].shape) for t, src in nx.items()},
                 self._cuda, self._stc._scatter_rows_cuda, rc.blocks, rc.THREADS_PER_BLOCK)
         return self._side
 

@@ -367,8 +367,8 @@ def test_bad_inputs_fail_as_on_the_host_and_write_nothing():
 
     for kw in [dict(next_of={"next_obs": "nope"}), dict(next_of={"obs": "obs"}),
                dict(frame_stack={"nope": 2}), dict(frame_stack={"obs": 0})]:
-        got = _message(lambda: StoreReplayGpu(_cols(), CAP, demo_capacity=4, **kw))
-        assert got == _message(lambda: StoreReplay(_cols(), CAP, demo_capacity=4, **kw))
+        got = _message(lambda kw=kw: StoreReplayGpu(_cols(), CAP, demo_capacity=4, **kw))
+        assert got == _message(lambda kw=kw: StoreReplay(_cols(), CAP, demo_capacity=4, **kw))
     no_ends = [c for c in _cols() if c.name not in ("done", "truncated")]
     got = _message(lambda: StoreReplayGpu(no_ends, 8, frame_stack={"obs": 2}))
     assert got == _message(lambda: StoreReplay(no_ends, 8, frame_stack={"obs": 2}))
@@ -388,16 +388,16 @@ def test_bad_inputs_fail_as_on_the_host_and_write_nothing():
         lambda r: r.sample(4, n_step=0),
     ]
     for case in cases:
-        got = _message(lambda: case(gpu))
-        assert got == _message(lambda: case(cpu)), got
+        got = _message(lambda case=case: case(gpu))
+        assert got == _message(lambda case=case: case(cpu)), got
     _, batch = gpu.sample_sequences(4, 3)
     rows, w, st = (a.copy_to_host() for a in (batch.indices, batch.weights, batch.stamps))
     hb = IndexBatch(rows, weights=w, stamps=st)
     for td, kw in [(np.ones((4, 2)), {}), (np.ones(4), {}), (np.array([["a"] * 3] * 4), {}),
                    (np.ones((4, 3)), dict(eta=1.5)), (np.ones((4, 3)), dict(eta=-0.1)),
                    (np.full((4, 3), np.nan), {})]:
-        got = _message(lambda: gpu.update_priorities(batch, td, **kw))
-        assert got == _message(lambda: cpu.update_priorities(hb, td, **kw)), got
+        got = _message(lambda td=td, kw=kw: gpu.update_priorities(batch, td, **kw))
+        assert got == _message(lambda td=td, kw=kw: cpu.update_priorities(hb, td, **kw)), got
         assert got[0] is SamplerError
     got = _message(lambda: gpu.update_priorities(batch, cuda.to_device(np.ones((4, 2)))))
     assert got[0] is SamplerError and "needs td of shape (4, 3)" in got[1]
