@@ -354,6 +354,7 @@ def per_sequence_starts_cpu(istate, fstate, sums, mins, p, gen, k0, k1, t_len, w
 
 
 _PW_BLOCK = 128  # numpy's PW_BLOCKSIZE
+_NEG_INF = -np.inf
 
 
 def _pw_block_py(a, i, lo, n):  # type: ignore[no-untyped-def]
@@ -443,7 +444,13 @@ def window_priority_py(td, i, eta):  # type: ignore[no-untyped-def]
         v = abs(np.float64(td[i, k]))
         if v > mx:
             mx = v
-    return eta * mx + (1.0 - eta) * (pw_sum(td, i, 0, t) / t)
+    m = pw_sum(td, i, 0, t) / t
+    if m != m:
+        return m  # a NaN in td (the host refuses it): passed on
+    # max(x, -inf) is x here; on the device it keeps NVVM (which contracts by default, also
+    # without fastmath) from fusing a product and the sum into one fma, rounded once where
+    # numpy rounds twice
+    return max(eta * mx, _NEG_INF) + max((1.0 - eta) * m, _NEG_INF)
 
 
 window_priority = njit_kernel(window_priority_py)
