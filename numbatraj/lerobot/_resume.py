@@ -80,6 +80,8 @@ class _ResumeState:
     action_names: tuple[str, ...] = ()
     encoder: str = ""
     crf: int | None = None
+    #: extra features as the directory declares them, ``(name, dtype, shape)`` in order
+    extras: tuple[tuple[str, str, tuple[int, ...]], ...] = ()
     data_mb: float = 100  # the file-size limit the positions above were decided with
 
     removed: tuple[str, ...] = ()
@@ -105,6 +107,7 @@ class _ResumeState:
         action_names: Sequence[str],
         codec: str | None,
         crf: int | None,
+        features: Sequence[tuple[str, str, tuple[int, ...]]] = (),
     ) -> None:
         """Raise :class:`ResumeError` naming the first setting of the session that differs
         from the directory's (the codec and CRF only when given)."""
@@ -122,6 +125,33 @@ class _ResumeState:
             self._compare("video codecs", resolve_codec(codec), self.encoder)
         if crf is not None:
             self._compare("CRF settings", int(crf), self.crf)
+        mine = {n: (d, list(s)) for n, d, s in features}
+        theirs = {n: (d, list(s)) for n, d, s in self.extras}
+        if mine != theirs:
+            diff = sorted(
+                n for n in set(mine) | set(theirs) if mine.get(n) != theirs.get(n)
+            )
+            raise self.refuse(
+                f"extra features differ ({diff}): this session has "
+                f"{ {n: mine[n] for n in diff if n in mine} } (features=), the directory "
+                f"{ {n: theirs[n] for n in diff if n in theirs} }"
+            )
+
+
+def _directory_extras(
+    info: Mapping[str, Any], cameras: Sequence[str], where: str
+) -> tuple[tuple[str, str, tuple[int, ...]], ...]:
+    """The extra features ``info.json`` declares (not state, action, a camera or the
+    bookkeeping), in its order."""
+    reserved = {S.ACTION_KEY, S.STATE_KEY, *S.FRAME_COLUMNS, *cameras}
+    out = []
+    for name, ft in info.get("features", {}).items():
+        if name in reserved:
+            continue
+        if not isinstance(ft, dict) or not isinstance(ft.get("shape"), list):
+            raise _refuse(where, f"feature {name!r} of {S.INFO_PATH} is {ft!r}")
+        out.append((str(name), str(ft.get("dtype")), tuple(int(d) for d in ft["shape"])))
+    return tuple(out)
 
 
 def remove_leftovers(root: str) -> list[str]:
@@ -220,6 +250,7 @@ def read_resume_state(
     data_key: Key = (0, 0)
     data_tables: tuple[pa.Table, ...] = ()
     video_keys: dict[str, Key] = {}
+    extras = _directory_extras(info, plan.cameras, root)
     if rows:
         last = rows[-1]
         meta_key = _key(last, S.EP_META_CHUNK, S.EP_META_FILE)
@@ -235,7 +266,7 @@ def read_resume_state(
         if os.path.getsize(data_path) >= limit * _MB:
             data_key = next_key(data_key)
         else:
-            names = data_schema(plan.state_dim, plan.action_dim).names
+            names = data_schema(plan.state_dim, plan.action_dim, extras).names
             data_tables = (read_parquet(data_path, names),)
         for key in plan.cameras:
             video_keys[key] = next_key(
@@ -259,6 +290,7 @@ def read_resume_state(
         action_names=plan.action_names,
         encoder=str(side.get("encoder")),
         crf=(side.get("options") or {}).get("crf"),
+        extras=extras,
         data_mb=limit,
         removed=tuple(removed),
         completed=tuple(completed),
