@@ -26,6 +26,7 @@ from numbatraj.errors import SourceFormatError
 from numbatraj.io.atomic import publish_lock
 
 __all__ = [
+    "SourceAccount",
     "SourceFormatError",
     "attr_text",
     "column_name",
@@ -78,9 +79,12 @@ def _one_line(text: str) -> str:
 
 
 def scalar_attrs(
-    attrs: Mapping[str, Any], prefix: str, *, skip: Sequence[str] = ()
+    attrs: Mapping[str, Any], prefix: str, *, skip: Sequence[str] = (),
+    recorded: list[str] | None = None,
 ) -> dict[str, str]:
-    """HDF5 attributes as manifest strings under ``prefix``; arrays longer than 64 are skipped.
+    """HDF5 attributes as manifest strings under ``prefix``; arrays longer than 64 are skipped
+    (``recorded``, when given, receives the names of the attributes that were kept, so that
+    a :class:`SourceAccount` lists the others).
 
     JSON strings are re-serialised compactly so that they fit on one manifest line.
     """
@@ -90,6 +94,8 @@ def scalar_attrs(
             continue
         if isinstance(value, np.ndarray) and value.size > 64:
             continue
+        if recorded is not None:
+            recorded.append(key)
         text = attr_text(value)
         if text[:1] in "{[":
             try:
@@ -187,3 +193,68 @@ def column_name(*parts: str) -> str:
     """A store column name from source path parts: ``("obs", "agentview")`` -> ``obs.agentview``."""
     name = ".".join(p.strip("/").replace("/", ".") for p in parts if p)
     return re.sub(r"[=,\s]", "_", name)
+
+
+class SourceAccount:
+    """Every dataset and attribute an HDF5 source holds, and which of them an import used:
+    what was not used is the manifest's ``skipped`` list, so nothing is dropped unlisted.
+
+    Entry names: a dataset's path, an attribute ``<path>@<name>`` (``@<name>`` alone for the
+    file's own attributes).  With ``episode_group`` (a regular expression matching the path
+    of one episode's group, e.g. ``data/demo_\\d+``), what lies inside an episode group is
+    named relative to it (``obs/agentview_image``, ``@model_file``: the same name for every
+    episode) and everything else is rooted with ``/`` (``/mask@note``, ``/@date``).
+    """
+
+    def __init__(self, f: h5py.File, episode_group: str | None = None) -> None:
+        self._ep = re.compile(f"({episode_group})(/|$)") if episode_group else None
+        self._items: dict[str, None] = {}
+        self._used: set[str] = set()
+        for a in f.attrs:
+            self._items[self.name("", a)] = None
+
+        def visit(name: str, obj: Any) -> None:
+            if isinstance(obj, h5py.Dataset):
+                self._items[self.name(name)] = None
+            for a in obj.attrs:
+                self._items[self.name(name, a)] = None
+
+        f.visititems(visit)
+
+    def name(self, path: str, attr: str | None = None) -> str:
+        """The entry name of dataset/group ``path`` (or of its attribute ``attr``)."""
+        path = path.strip("/")
+        if self._ep is not None:
+            m = self._ep.match(path)
+            path = path[m.end():] if m else "/" + path
+        return _one_line(path + ("" if attr is None else f"@{attr}")).replace(",", "_")
+
+    def use(self, path: str, *attrs: str) -> None:
+        """Mark dataset ``path`` used, or (with ``attrs``) those attributes of ``path``."""
+        if attrs:
+            self._used.update(self.name(path, a) for a in attrs)
+        else:
+            self._used.add(self.name(path))
+
+    def use_tree(self, path: str) -> None:
+        """Mark everything under group ``path`` (datasets and attributes) used."""
+        base = self.name(path)
+        self._used.update(
+            k for k in self._items
+            if k == base or k.startswith(base + "/") or k.startswith(base + "@")
+        )
+
+    @property
+    def items(self) -> list[str]:
+        """Every entry of the source, in the order found."""
+        return list(self._items)
+
+    def skipped(self) -> list[str]:
+        """The entries not used, in natural order."""
+        return sorted_natural(k for k in self._items if k not in self._used)
+
+    def record(self, attrs: dict[str, Any], key: str = "skipped") -> None:
+        """Put :meth:`skipped` into manifest ``attrs`` (nothing when nothing was skipped)."""
+        skipped = self.skipped()
+        if skipped:
+            attrs[key] = ",".join(skipped)
