@@ -142,25 +142,40 @@ def _angular_velocity(quat_xyzw: np.ndarray, fps: float) -> np.ndarray:
 PathArg = str | os.PathLike[str]
 
 
-def _list_clips(paths_or_dir: PathArg | Sequence[PathArg]) -> list[str]:
+def _entries(d: str, given: str) -> list[str]:
+    """Every entry of directory ``d`` (named from ``given``), folders with a final ``/``."""
+    rel = os.path.relpath(d, given)
+    return [("" if rel == "." else rel + "/") + n + ("/" if os.path.isdir(os.path.join(d, n))
+                                                    else "")
+            for n in os.listdir(d)]
+
+
+def _list_clips(paths_or_dir: PathArg | Sequence[PathArg]) -> tuple[list[str], list[str]]:
+    """The clip files, and the entries of the given directories that are not read (other
+    robots' folders, READMEs ...), for the manifest's ``skipped``."""
     items = [paths_or_dir] if isinstance(paths_or_dir, (str, os.PathLike)) else list(paths_or_dir)
     files: list[str] = []
+    skipped: list[str] = []
     for item in [os.fspath(i) for i in items]:
         if os.path.isdir(item):
+            given = item
             found = [f for f in os.listdir(item) if f.endswith(".csv")]
             if not found and os.path.isdir(os.path.join(item, "g1")):
+                skipped += [e for e in _entries(item, given) if e != "g1/"]
                 item = os.path.join(item, "g1")
                 found = [f for f in os.listdir(item) if f.endswith(".csv")]
             if not found:
                 raise FileNotFoundError(f"{item!r} holds no .csv clip")
             files += [os.path.join(item, f) for f in sorted_natural(found)]
+            clips = {os.path.relpath(os.path.join(item, f), given) for f in found}
+            skipped += [e for e in _entries(item, given) if e not in clips]
         elif os.path.isfile(item):
             files.append(item)
         else:
             raise FileNotFoundError(f"LAFAN1 clip {item!r} does not exist")
     if not files:
         raise FileNotFoundError("no LAFAN1 clip given")
-    return files
+    return files, sorted_natural(skipped)
 
 
 def import_lafan_g1(
@@ -195,7 +210,7 @@ def import_lafan_g1(
         ``root_lin_vel`` (3), ``root_ang_vel`` (3, world frame), ``joint_vel`` (29),
         ``clip_index``.
     """
-    files = _list_clips(paths_or_dir)
+    files, skipped = _list_clips(paths_or_dir)
     if out is None:
         out = "lafan_g1.h5"
     if fps <= 0:
@@ -221,7 +236,13 @@ def import_lafan_g1(
                            "frame, zero for a one-frame clip; dt = 1/fps",
         "root_ang_vel_frame": "world; rotation vector of q[t+1]*conj(q[t-1]) / (2 dt)",
         "clips": ",".join(names),
+        # every CSV value is imported: these three columns hold the 36 of each row as read
+        "columns_from": "root_pos=csv[0:3],root_quat=csv[3:7],joint_pos=csv[7:36],"
+                        "root_lin_vel=d/dt root_pos,root_ang_vel=d/dt root_quat,"
+                        "joint_vel=d/dt joint_pos,clip_index=clip file order",
     })
+    if skipped:  # entries of the given directories that are not clips
+        attrs["skipped"] = ",".join(e.replace(",", "_") for e in skipped)
     for i, f in enumerate(files):
         attrs[f"clip.{i}.file"] = os.path.basename(f)
     with open_writer(out, cols, env_id="lafan1_g1", attrs=attrs, overwrite=overwrite) as w:
