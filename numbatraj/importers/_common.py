@@ -11,6 +11,7 @@ import json
 import os
 import re
 import sys
+import zipfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -22,8 +23,9 @@ from numbatraj._version import __version__
 from numbatraj.data.column import ColumnSpec
 from numbatraj.data.store_stats import close_with_stats
 from numbatraj.data.writer import TrajectoryStoreWriter
-from numbatraj.errors import SourceFormatError
+from numbatraj.errors import IntegrityError, NumbatrajError, SourceFormatError
 from numbatraj.io.atomic import publish_lock
+from numbatraj.io.hdf5 import open_h5_read
 
 __all__ = [
     "SourceAccount",
@@ -35,9 +37,11 @@ __all__ = [
     "natural_key",
     "open_writer",
     "progress",
+    "open_source",
     "scalar_attrs",
     "sorted_natural",
     "source_attrs",
+    "source_errors",
 ]
 
 T = TypeVar("T")
@@ -258,3 +262,52 @@ class SourceAccount:
         skipped = self.skipped()
         if skipped:
             attrs[key] = ",".join(skipped)
+
+
+#: Errors a reader (h5py, numpy, json, zarr) raises for a source it cannot make sense of;
+#: :func:`source_errors` turns them into numbatraj errors naming the source.
+_CONTENT_ERRORS = (KeyError, ValueError, TypeError, AttributeError, IndexError)
+#: OSErrors that say something about a path, not the content: passed through as they are.
+_PATH_ERRORS = (FileExistsError, FileNotFoundError, PermissionError, IsADirectoryError,
+                NotADirectoryError, BlockingIOError, InterruptedError)
+
+
+@contextmanager
+def source_errors(source: str | os.PathLike[str]) -> Iterator[None]:
+    """Let only numbatraj errors leave an import of ``source`` for bad content.
+
+    Inside the block a raw error of the readers (h5py's ``OSError``/``RuntimeError``/
+    ``KeyError``, numpy's ``ValueError`` for a shape that does not fit, a JSON error...)
+    becomes :class:`~numbatraj.errors.IntegrityError` (an unreadable, truncated or corrupt
+    file; an ``OSError``) or :class:`SourceFormatError` (content of the wrong kind; a
+    ``ValueError``), naming ``source`` and keeping the reader's message.  numbatraj errors
+    and errors about a path (missing, existing, permissions, a held lock) pass unchanged.
+    """
+    where = os.fspath(source)
+    try:
+        yield
+    except NumbatrajError:
+        raise
+    except _PATH_ERRORS:
+        raise
+    except (OSError, RuntimeError, zipfile.BadZipFile, EOFError) as exc:
+        raise IntegrityError(
+            f"{where}: cannot be read ({type(exc).__name__}: {exc}); the file is truncated, "
+            f"corrupt or not of this format"
+        ) from exc
+    except _CONTENT_ERRORS as exc:
+        raise SourceFormatError(
+            f"{where}: unexpected content ({type(exc).__name__}: {exc})"
+        ) from exc
+
+
+def open_source(path: str | os.PathLike[str]) -> h5py.File:
+    """``path`` opened read-only (:func:`~numbatraj.io.hdf5.open_h5_read`); a file that is not
+    HDF5 or is truncated is :class:`~numbatraj.errors.IntegrityError` (an ``OSError``)
+    naming it."""
+    try:
+        return open_h5_read(path)
+    except _PATH_ERRORS:
+        raise
+    except OSError as exc:
+        raise IntegrityError(f"{os.fspath(path)!r} is not a readable HDF5 file ({exc})") from exc

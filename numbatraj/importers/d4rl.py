@@ -24,12 +24,13 @@ from numbatraj.importers._common import (
     column_name,
     default_out,
     h5_dataset,
+    open_source,
     open_writer,
     progress,
     scalar_attrs,
     source_attrs,
+    source_errors,
 )
-from numbatraj.io.hdf5 import open_h5_read
 
 __all__ = ["IMPORTER_VERSION", "SourceFormatError", "d4rl_episode_bounds", "import_d4rl"]
 
@@ -114,6 +115,11 @@ def _columns(f: h5py.File, path: str) -> tuple[dict[str, str], list[ColumnSpec],
             raise SourceFormatError(f"{path}: {key!r} has dtype {dt}, expected a numeric dataset")
         if key in ("terminals", "timeouts"):
             dt = np.dtype(np.bool_)
+        if key in ("rewards", "terminals", "timeouts") and row != ():
+            raise SourceFormatError(
+                f"{path}: {key!r} has shape {ds.shape}, expected one value per row "
+                f"(({n},) or ({n}, 1))"
+            )
         if key not in ("rewards", "terminals", "timeouts") and row != ds.shape[1:]:
             raise SourceFormatError(f"{path}: {key!r} has an unexpected shape {ds.shape}")
         specs.append(ColumnSpec(col, dt, row))
@@ -170,7 +176,7 @@ def import_d4rl(
     """
     path = os.fspath(path)
     out = default_out(path) if out is None else out
-    with open_h5_read(path) as f:
+    with source_errors(path), open_source(path) as f:
         sources, specs, _ = _columns(f, path)  # infos left out: in the account below
         n = f["observations"].shape[0]
         terminals = _flags(f, "terminals", n, path)

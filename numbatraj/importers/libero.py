@@ -25,13 +25,14 @@ from numbatraj.importers._common import (
     column_name,
     default_out,
     h5_dataset,
+    open_source,
     open_writer,
     progress,
     scalar_attrs,
     sorted_natural,
     source_attrs,
+    source_errors,
 )
-from numbatraj.io.hdf5 import open_h5_read
 
 __all__ = ["IMPORTER_VERSION", "SourceFormatError", "import_libero", "language_from_filename"]
 
@@ -107,7 +108,7 @@ def _scan_task(path: str, images: bool, demos_per_task: int | None) -> _Task:
     """Check one task file's layout and shapes without reading its rows."""
     stem = os.path.basename(path)[: -len(".hdf5")]
     name = stem.removesuffix("_demo")
-    with open_h5_read(path) as f:
+    with source_errors(path), open_source(path) as f:
         data = f.get("data")
         if not isinstance(data, h5py.Group):
             raise SourceFormatError(f"{path}: no 'data' group; not a LIBERO/robomimic demo file")
@@ -387,9 +388,11 @@ def import_libero(
                 if i not in handles:
                     for f in handles.values():
                         f.close()
-                    handles = {i: open_h5_read(t.path)}
-                g = handles[i]["data"][demo]
-                w.append_rows(_demo_rows(g, i, n_tasks, width, images, flip, extra_cols))
+                    handles = {i: open_source(t.path)}
+                with source_errors(t.path):
+                    g = handles[i]["data"][demo]
+                    rows = _demo_rows(g, i, n_tasks, width, images, flip, extra_cols)
+                w.append_rows(rows)
                 w.end_episode()
         finally:
             for f in handles.values():

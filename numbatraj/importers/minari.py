@@ -24,13 +24,14 @@ from numbatraj.importers._common import (
     SourceFormatError,
     attr_text,
     column_name,
+    open_source,
     open_writer,
     progress,
     scalar_attrs,
     sorted_natural,
     source_attrs,
+    source_errors,
 )
-from numbatraj.io.hdf5 import open_h5_read
 
 __all__ = ["IMPORTER_VERSION", "SourceFormatError", "import_minari"]
 
@@ -233,8 +234,12 @@ def import_minari(
     h5path, meta_path = _find(os.fspath(path))
     meta: dict[str, Any] = {}
     if meta_path is not None:
-        with open(meta_path) as fh:
+        with source_errors(meta_path), open(meta_path) as fh:
             meta = json.load(fh)
+        if not isinstance(meta, dict):
+            raise SourceFormatError(
+                f"{meta_path}: expected a JSON object, got {type(meta).__name__}"
+            )
         if meta.get("data_format", "hdf5") != "hdf5":
             raise SourceFormatError(
                 f"{meta_path}: data_format is {meta.get('data_format')!r}; only 'hdf5' is supported"
@@ -250,7 +255,7 @@ def import_minari(
     dataset_dir = os.path.dirname(os.path.dirname(os.path.abspath(h5path)))
     if out is None:
         out = os.path.basename(dataset_dir) + ".h5"
-    with open_h5_read(h5path) as f:
+    with source_errors(h5path), open_source(h5path) as f:
         episodes = sorted_natural(k for k in f if k.startswith("episode_"))
         if not episodes:
             raise SourceFormatError(f"{h5path}: no episode_<id> groups")
@@ -264,8 +269,8 @@ def import_minari(
         attrs = source_attrs("minari", dataset_dir, IMPORTER_VERSION)
         attrs.update({
             "obs_alignment": "obs[t] before action[t], next_obs[t] after it (n+1 observations)",
-            "info_alignment": "info[t] is the info returned by step t (the reset info, row 0 of n + 1, is left out: "
-                              "listed in skipped as <info>[reset row])",
+            "info_alignment": "info[t] is the info returned by step t (the reset info, row 0 "
+                              "of n + 1, is left out: listed in skipped as <info>[reset row])",
             "done_source": "terminations",
             "truncated_source": "truncations",
             "jpeg_decoded": ",".join(lf.path for lf in leaves if lf.jpeg) or "none",

@@ -22,13 +22,14 @@ from numbatraj.importers._common import (
     column_name,
     default_out,
     h5_dataset,
+    open_source,
     open_writer,
     progress,
     scalar_attrs,
     sorted_natural,
     source_attrs,
+    source_errors,
 )
-from numbatraj.io.hdf5 import open_h5_read
 
 __all__ = ["IMPORTER_VERSION", "SourceFormatError", "import_robomimic", "robomimic_filter_keys"]
 
@@ -122,7 +123,7 @@ def import_robomimic(
     path = os.fspath(path)
     if out is None:
         out = default_out(path, f".{filter_key}.h5" if filter_key else ".h5")
-    with open_h5_read(path) as f:
+    with source_errors(path), open_source(path) as f:
         data = f.get("data")
         if not isinstance(data, h5py.Group):
             raise SourceFormatError(f"{path}: no 'data' group; not a robomimic file")

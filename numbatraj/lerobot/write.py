@@ -163,14 +163,13 @@ class LeRobotWriter:
         except BaseException:
             lock.release()
             raise
-        self._lock = lock
+        self._lock: PublishLock | None = lock
 
     @classmethod
     def _from_state(cls, settings: WriterSettings, state: _ResumeState) -> LeRobotWriter:
         """A writer continuing the directory ``state`` was read from (see :meth:`resume`)."""
         writer = cls.__new__(cls)  # the directory holds a dataset: skip __init__'s refusal
         writer._start(settings, state)
-        writer._lock = None
         return writer
 
     def _start(self, settings: WriterSettings, state: _ResumeState) -> None:
@@ -214,6 +213,7 @@ class LeRobotWriter:
         ]
         self._episode: dict[str, Any] | None = None
         self._closed = False
+        self._lock = None  # set by __init__ / resume once it is held
         #: Leftovers of a crash that :meth:`resume` deleted, and the renames of an
         #: interrupted checkpoint it completed (both empty for a new directory).
         self.resumed_removed: list[str] = list(state.removed)
@@ -331,11 +331,11 @@ class LeRobotWriter:
         extras = self._extra_values(extra, ep["n"])
         if set(frames) != set(self.cameras):
             missing = sorted(set(self.cameras) - set(frames))
-            extra = sorted(set(frames) - set(self.cameras))
+            unknown = sorted(set(frames) - set(self.cameras))
             raise SchemaError(
                 f"episode {self.n_episodes}, frame {ep['n']}: frames has cameras "
                 f"{sorted(frames)}, expected {sorted(self.cameras)} (missing {missing}, "
-                f"unknown {extra})"
+                f"unknown {unknown})"
             )
         imgs = []
         for cam in self.cameras:

@@ -144,7 +144,7 @@ def regions(kind: str, path: str) -> dict[str, list[tuple[int, int]]]:
     with h5py.File(path, "r") as f:
         groups = {"ring_rows": "ring", "demo_rows": "demo", "sampler": "sampler"}
         for region, group in groups.items():
-            for name, ds in f[group].items():
+            for ds in f[group].values():
                 off = ds.id.get_offset()
                 if off is not None and ds.id.get_storage_size():
                     out[region].append((off, off + ds.id.get_storage_size()))

@@ -20,8 +20,8 @@ from numbatraj.lerobot.read import import_lerobot_v3
 from numbatraj.lerobot.write import LeRobotWriter
 from tests.lerobot.test_lerobot_writer_support import (
     H,
-    W,
     Recorded,
+    W,
     action_of,
     frame_of,
     import_and_check,
