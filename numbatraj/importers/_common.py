@@ -309,5 +309,5 @@ def open_source(path: str | os.PathLike[str]) -> h5py.File:
         return open_h5_read(path)
     except _PATH_ERRORS:
         raise
-    except OSError as exc:
-        raise IntegrityError(f"{os.fspath(path)!r} is not a readable HDF5 file ({exc})") from exc
+    except OSError as exc:  # open_h5_read's message names the file
+        raise IntegrityError(str(exc)) from exc

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from numbatraj.data.column import ColumnSpec
+from numbatraj.errors import IntegrityError
 from numbatraj.importers._common import (
     SourceFormatError,
     default_out,
@@ -47,6 +48,11 @@ def _open_group(path: str) -> tuple[Any, Any]:
     if not os.path.exists(path):
         raise FileNotFoundError(f"zarr replay buffer {path!r} does not exist")
     store = None
+    if os.path.isfile(path) and not zipfile.is_zipfile(path):
+        raise IntegrityError(
+            f"{path}: not a zip file (a .zarr.zip that is truncated, corrupt or of another "
+            f"format)"
+        )
     try:
         if os.path.isfile(path):
             store = zarr.storage.ZipStore(path, mode="r")

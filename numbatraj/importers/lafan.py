@@ -69,9 +69,21 @@ def read_g1_csv(path: str | os.PathLike[str]) -> np.ndarray:
     ------
     SourceFormatError
         An empty file, a row that is short, long or not numeric (naming the line), a
-        non-finite value, or a file of another robot (H1, H1_2), named as such.
+        non-finite value, a last line with no newline (a truncated file), or a file of
+        another robot (H1, H1_2), named as such.
     """
     path = os.fspath(path)
+    with open(path, "rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        size = fh.tell()
+        if size:
+            fh.seek(size - 1)
+            last = fh.read(1)
+    if size and last not in (b"\n", b"\r"):
+        # a cut inside the last number would otherwise read as another, valid number
+        raise SourceFormatError(
+            f"{path}: the last line does not end with a newline; the file looks truncated"
+        )
     try:
         with warnings.catch_warnings():  # an empty file warns; it is reported below instead
             warnings.simplefilter("ignore", UserWarning)
