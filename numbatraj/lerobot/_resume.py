@@ -180,8 +180,11 @@ def _read_sidecar(root: str) -> dict[str, Any]:
             f"checkpoint=True; its episodes may share video files and its per-episode "
             f"statistics are unknown",
         )
-    with open(path, encoding="utf-8") as fh:
-        doc = json.load(fh)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise _refuse(root, f"{SIDECAR_PATH} is not valid JSON ({exc})") from None
     version = doc.get("version") if isinstance(doc, dict) else None
     if version != SIDECAR_VERSION:
         raise _refuse(root, f"{SIDECAR_PATH} has version {version!r}, expected 1")
@@ -192,6 +195,15 @@ def _read_sidecar(root: str) -> dict[str, Any]:
             "checkpointed directory can be continued",
         )
     return doc
+
+
+def _sidecar_stats(root: str, entries: Sequence[Any]) -> tuple[dict[str, FeatureStats], ...]:
+    try:
+        return tuple(stats_from_json(e["stats"]) for e in entries)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise _refuse(
+            root, f"{SIDECAR_PATH} holds malformed per-episode statistics ({exc!r})"
+        ) from None
 
 
 def _episode_rows(root: str) -> list[dict[str, Any]]:
@@ -238,6 +250,8 @@ def read_resume_state(
     rows = _episode_rows(root)
     n = len(plan.episodes)
     side_stats = side.get("episodes", [])
+    if not isinstance(side_stats, list):
+        raise _refuse(root, f"{SIDECAR_PATH} 'episodes' is {side_stats!r}, expected a list")
     if len(side_stats) < n:
         raise _refuse(
             root,
@@ -276,7 +290,7 @@ def read_resume_state(
         root=root,
         tasks=tuple(plan.tasks[i] for i in sorted(plan.tasks)),
         rows=tuple(rows),
-        stats=tuple(stats_from_json(s["stats"]) for s in side_stats[:n]),
+        stats=_sidecar_stats(root, side_stats[:n]),
         frames=sum(ep.length for ep in plan.episodes),
         meta_key=meta_key,
         meta_first=meta_first,

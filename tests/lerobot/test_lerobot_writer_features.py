@@ -278,3 +278,16 @@ def _other_process_open(root):
     if proc.stdout.startswith("LOCKED"):
         raise LockedError(11, proc.stdout)
     raise AssertionError(proc.stdout + proc.stderr)
+
+
+@pytest.mark.parametrize("sidecar", [b"{not json", b'{"version": 1, "checkpoint": true, '
+                                     b'"episodes": [{"nostats": 1}]}',
+                                     b'{"version": 1, "checkpoint": true, "episodes": 3}'])
+def test_resume_refuses_a_malformed_sidecar(tmp_path, sidecar):
+    root = tmp_path / "ds"
+    w, _, _ = _write(root, [3])
+    w.close()
+    (root / "meta" / "numbatraj_writer_stats.json").write_bytes(sidecar)
+    with pytest.raises(ResumeError, match="numbatraj_writer_stats.json"):
+        LeRobotWriter.resume(root, **writer_args(codec="libx264"), features=FEATURES)
+    assert not os.path.exists(str(root) + ".lock")  # the lock was let go
