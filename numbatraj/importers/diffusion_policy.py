@@ -192,6 +192,7 @@ def import_diffusion_policy(
                 "meta_arrays": ",".join(_member_names(path, "meta")),
                 "zarr_format": str(group.metadata.zarr_format),
             })
+            attrs["columns_from"] = ",".join(f"{k}=data/{k}" for k in data_keys)
             skipped = [f"data/{k}" for k in all_keys if k not in data_keys]
             skipped += [f"meta/{k}" for k in _member_names(path, "meta") if k != "episode_ends"]
             if skipped:
@@ -199,6 +200,16 @@ def import_diffusion_policy(
             root_attrs = dict(group.attrs)
             if root_attrs:
                 attrs["source.attrs"] = json.dumps(root_attrs, separators=(",", ":"), default=str)
+            # the attributes of the groups and of the imported arrays, so none is dropped
+            # (a skipped array's go with it)
+            holders = {"data": group["data"], "meta": group["meta"],
+                       "meta/episode_ends": group["meta/episode_ends"],
+                       **{f"data/{k}": a for k, a in arrays.items()}}
+            for where, obj in holders.items():
+                extra = dict(obj.attrs)
+                if extra:
+                    attrs[f"source.attrs.{where}"] = json.dumps(
+                        extra, separators=(",", ":"), default=str)
             starts = np.concatenate([[0], ends[:-1]])
             name = os.path.basename(default_out(path, ""))
             with open_writer(out, specs, env_id=name, attrs=attrs, overwrite=overwrite) as w:

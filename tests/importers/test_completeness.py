@@ -271,3 +271,43 @@ def test_lafan_every_value_imported_and_other_entries_listed(tmp_path, rng):
     (e / "g1" / "notes.txt").write_text("x")
     m2, _ = manifest_of(import_lafan_g1(e, tmp_path / "o2.h5"))
     assert set(m2["skipped"].split(",")) == {"h1_2/", "g1/notes.txt"}
+
+
+# ------------------------------------------------------------------ Diffusion Policy
+def test_diffusion_policy_every_array_and_attribute_imported_or_listed(tmp_path, rng):
+    from numbatraj.importers.diffusion_policy import import_diffusion_policy
+    from tests.importers.format_fixtures import _zjson, make_dp_zarr_raw
+
+    src = tmp_path / "pusht.zarr"
+    make_dp_zarr_raw(src, rng)
+    _zjson(src / ".zattrs", {"source": "pusht"})
+    _zjson(src / "data" / ".zattrs", {"fps": 10})
+    _zjson(src / "data" / "state" / ".zattrs", {"units": "px"})
+    _zjson(src / "meta" / ".zattrs", {"note": "x"})
+    _zjson(src / "meta" / "episode_ends" / ".zattrs", {"kind": "cumulative"})
+    lens = np.array([3, 4], np.int64)
+    _zjson(src / "meta" / "episode_lens" / ".zarray", {
+        "zarr_format": 2, "shape": [2], "chunks": [2], "dtype": "<i8", "compressor": None,
+        "fill_value": 0, "order": "C", "filters": None})
+    (src / "meta" / "episode_lens" / "0").write_bytes(lens.tobytes())
+    out = import_diffusion_policy(src, tmp_path / "o.h5", keys=["state", "action", "img",
+                                                                "keypoint"])
+    m, cols = manifest_of(out)
+    srcs = column_sources(m)
+    skipped = m["skipped"].split(",")
+    arrays, attr_files = [], []
+    for d, _, files in os.walk(src):
+        rel = os.path.relpath(d, src).replace(os.sep, "/")
+        if ".zarray" in files:
+            arrays.append(rel)
+        if ".zattrs" in files:
+            attr_files.append(rel)
+    for a in arrays:
+        assert a in srcs or a in skipped or a == "meta/episode_ends", a
+    for a in attr_files:
+        if a == ".":
+            assert "source.attrs" in m
+        else:
+            assert f"source.attrs.{a}" in m or a in skipped, a
+    assert set(skipped) == {"data/n_contacts", "meta/episode_lens"}
+    assert json.loads(m["source.attrs.data/state"]) == {"units": "px"}
