@@ -154,11 +154,17 @@ def _directory_extras(
     return tuple(out)
 
 
-def remove_leftovers(root: str) -> list[str]:
+#: The folders a writer creates inside its directory (everything it writes is under them).
+WRITER_DIRS = ("meta", "data", "videos")
+
+
+def remove_leftovers(root: str, *, writer_dirs_only: bool = False) -> list[str]:
     """Delete ``*.part`` and temporary (:func:`~numbatraj.io.atomic.is_temp_name`) files under
-    ``root``; returns what was removed."""
+    ``root`` (only under :data:`WRITER_DIRS` with ``writer_dirs_only``: a directory that holds
+    no dataset yet may hold files of its own); returns what was removed."""
     gone = []
-    for dirpath, _dirs, files in os.walk(root):
+    tops = [os.path.join(root, d) for d in WRITER_DIRS] if writer_dirs_only else [root]
+    for dirpath, _dirs, files in (w for top in tops for w in os.walk(top)):
         for name in files:
             if name.endswith(PART_SUFFIX) or is_temp_name(name):
                 path = os.path.join(dirpath, name)
@@ -244,7 +250,7 @@ def read_resume_state(
     if not os.path.isfile(os.path.join(root, S.INFO_PATH)):
         raise _refuse(root, f"{S.INFO_PATH} does not exist; there is no dataset to continue")
     side = _read_sidecar(root)
-    removed = remove_leftovers(root)
+    removed = remove_leftovers(root, writer_dirs_only=True)
     plan = load_plan(root)
     info = plan.info
     rows = _episode_rows(root)

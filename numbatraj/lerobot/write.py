@@ -126,7 +126,8 @@ class LeRobotWriter:
     ``root`` (the lock file ``<root>.lock`` beside it) until :meth:`close`, so a second
     writer or resume of the same directory fails at once (:class:`~numbatraj.errors.
     LockedError` naming the holder).  Holding it, a new writer and :meth:`resume` delete what
-    a killed run left in the directory (``*.part`` files and temporaries,
+    a killed run left in the directory (``*.part`` files and temporaries under ``meta/``,
+    ``data/`` and ``videos/``,
     :func:`~numbatraj.io.atomic.is_temp_name`); they are listed in :attr:`resumed_removed`.
     """
 
@@ -157,7 +158,7 @@ class LeRobotWriter:
         lock = _writer_lock(settings.root)
         try:
             refuse_existing_dataset(settings.root)
-            removed = remove_leftovers(settings.root) if os.path.isdir(settings.root) else []
+            removed = remove_leftovers(settings.root, writer_dirs_only=True)
             os.makedirs(os.path.join(settings.root, "meta"), exist_ok=True)
             self._start(settings, _ResumeState(settings.root, removed=tuple(removed)))
         except BaseException:

@@ -226,12 +226,16 @@ def test_stale_temporaries_removed_by_next_writer_and_resume(tmp_path):
     stale = [temp_path(str(root / S.INFO_PATH)), temp_path(str(root / S.STATS_PATH)),
              str(root / "videos/observation.images.front/chunk-000/file-000.mp4.part")]
     keep = root / "notes.txt"  # not a writer's name: left alone
+    mine = [root / "download.part", root / f"x.{'a' * 16}.tmp"]  # outside meta/ data/ videos/
     for p in stale:
         open(p, "wb").write(b"half")
     keep.write_text("mine")
+    for p in mine:
+        p.write_bytes(b"user's")
     w = LeRobotWriter(root, **writer_args(codec="libx264"))
     assert sorted(w.resumed_removed) == sorted(stale)
     assert not any(os.path.exists(p) for p in stale) and keep.exists()
+    assert all(p.exists() for p in mine)
     # a second writer or resume of the same directory while this one is open: refused
     with pytest.raises(LockedError, match="LeRobotWriter"):
         _other_process_open(root)
@@ -250,7 +254,8 @@ def test_stale_temporaries_removed_by_next_writer_and_resume(tmp_path):
     assert sorted(w.resumed_removed) == sorted(late)
     w.close()
     left = [f for _, _, fs in os.walk(root) for f in fs if is_temp_name(f)]
-    assert left == [] and not os.path.exists(str(root) + ".lock")
+    assert left == [mine[1].name] and not os.path.exists(str(root) + ".lock")
+    assert all(p.exists() for p in mine)  # files of the user's own, beside the dataset
     import_lerobot_v3(root, tmp_path / "o.h5", height=H, width=W, show_progress=False)
 
 
