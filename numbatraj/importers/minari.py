@@ -292,10 +292,11 @@ def import_minari(
             for name in ((lf.spec.name, "next_" + lf.spec.name) if lf.kind == "obs"
                          else (lf.spec.name,))
         )
+        if all(attr_text(f[e].attrs["id"]) == e[len("episode_"):] for e in episodes
+               if "id" in f[e].attrs):
+            account.use("episode_0", "id")  # the groups' own numbers (else listed)
         for e in episodes:
             ea = f[e].attrs
-            if "id" in ea and attr_text(ea["id"]) == e[len("episode_"):]:
-                account.use("episode_0", "id")  # the group's own number
             if "total_steps" in ea:
                 n_steps = _steps(f[e])
                 if n_steps is not None and attr_text(ea["total_steps"]) != str(n_steps):
