@@ -46,6 +46,13 @@ def _shape(name: str, shape: Any) -> tuple[int, ...]:
                 f"extra feature {name!r}: shape {tuple(shape)!r} must hold positive sizes"
             )
         dims.append(int(d))
+    if len(dims) > 1:
+        # LeRobot reads a 2-D feature as a nested Array2D column; only scalars and vectors
+        # are written (a fixed-size list each), so its loader and the importer agree
+        raise SchemaError(
+            f"extra feature {name!r}: shape {tuple(dims)!r}; extra features are scalars or "
+            f"vectors (shape (), (1,) or (n,)); flatten it to ({int(np.prod(dims))},)"
+        )
     return tuple(dims)
 
 

@@ -35,7 +35,7 @@ FEATURES = {
     "next.success": {"dtype": "bool", "shape": [1]},
     "observation.environment_state": ("float64", (4,)),
     "complementary.count": ("int64", (3,)),
-    "observation.grid": ("int16", (2, 3)),
+    "observation.grid": ("int16", (6,)),
 }
 
 
@@ -47,7 +47,7 @@ def extra_of(ep: int, j: int, n: int) -> dict[str, np.ndarray]:
         "next.success": np.array([j % 3 == 0]),
         "observation.environment_state": np.sin(0.1 * j + ep + k[:4]),
         "complementary.count": np.array([j, ep, j * ep - 7], dtype=np.int64),
-        "observation.grid": (k.reshape(2, 3) * (j + 1) - ep).astype(np.int16),
+        "observation.grid": (k * (j + 1) - ep).astype(np.int16),
     }
 
 
@@ -125,6 +125,8 @@ def test_extra_features_round_trip(tmp_path, checkpoint):
         ({"next.reward": ("complex64", (1,))}, "'next.reward' has dtype"),
         ({"next.reward": ("float32", (0,))}, "'next.reward': shape"),
         ({"next.reward": ("float32", "x")}, "'next.reward': shape 'x'"),
+        ({"observation.grid": ("int16", (2, 3))},
+         "'observation.grid': shape (2, 3); extra features are scalars or vectors"),
         ({"next.reward": "float32"}, "'next.reward' is 'float32'"),
         ({"a,b": ("float32", (1,))}, "'a,b' cannot be a column"),
         ({"a/b": ("float32", (1,))}, "'a/b' cannot be a column"),
@@ -147,8 +149,8 @@ def test_bad_feature_declarations(tmp_path, features, needle):
         (lambda e: e.update({"next.done": 1}), "'next.done' has dtype int64"),
         (lambda e: e.update({"observation.environment_state": np.zeros(5)}),
          r"'observation.environment_state' has shape \(5,\), expected \(4,\)"),
-        (lambda e: e.update({"observation.grid": np.zeros(6, np.int16)}),
-         r"'observation.grid' has shape \(6,\), expected \(2, 3\)"),
+        (lambda e: e.update({"observation.grid": np.zeros((2, 3), np.int16)}),
+         r"'observation.grid' has shape \(2, 3\), expected \(6,\)"),
         (lambda e: e.update({"next.reward": np.zeros(2, np.float32)}),
          r"'next.reward' has shape \(2,\), expected \(1,\)"),
         (lambda e: e.update({"next.reward": [[1.0], [2.0, 3.0]]}), "'next.reward' is not an array"),
