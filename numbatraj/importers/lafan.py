@@ -62,6 +62,33 @@ def _locate_bad_row(path: str) -> str:
     return "the file could not be parsed"
 
 
+def _digits(token: bytes) -> int:
+    token = token.strip().lower().split(b"e")[0]
+    return len(token.split(b".")[1]) if b"." in token else len(token.lstrip(b"+-"))
+
+
+def _refuse_cut_last_number(path: str) -> None:
+    """A file cut inside its last number still parses, as another number: refuse a last
+    line with no newline whose last value has fewer digits than the line before's."""
+    with open(path, "rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        size = fh.tell()
+        fh.seek(max(0, size - 64 * 1024))
+        tail = fh.read()
+    if not tail or tail.endswith((b"\n", b"\r")):
+        return
+    lines = tail.splitlines()
+    if len(lines) < 2:
+        return
+    last, before = lines[-1].split(b","), lines[-2].split(b",")
+    if len(last) == len(before) and _digits(last[-1]) < _digits(before[-1]):
+        raise SourceFormatError(
+            f"{path}: the last line has no newline and its last value {last[-1].decode()!r} "
+            f"is shorter than the line before's {before[-1].decode()!r}; the file looks "
+            f"truncated"
+        )
+
+
 def read_g1_csv(path: str | os.PathLike[str]) -> np.ndarray:
     """One retargeted G1 clip as float64 ``(T, 36)``.
 
@@ -69,21 +96,12 @@ def read_g1_csv(path: str | os.PathLike[str]) -> np.ndarray:
     ------
     SourceFormatError
         An empty file, a row that is short, long or not numeric (naming the line), a
-        non-finite value, a last line with no newline (a truncated file), or a file of
-        another robot (H1, H1_2), named as such.
+        non-finite value, a file cut inside its last number (no final newline and a last
+        value shorter than the line before's), or a file of another robot (H1, H1_2),
+        named as such.
     """
     path = os.fspath(path)
-    with open(path, "rb") as fh:
-        fh.seek(0, os.SEEK_END)
-        size = fh.tell()
-        if size:
-            fh.seek(size - 1)
-            last = fh.read(1)
-    if size and last not in (b"\n", b"\r"):
-        # a cut inside the last number would otherwise read as another, valid number
-        raise SourceFormatError(
-            f"{path}: the last line does not end with a newline; the file looks truncated"
-        )
+    _refuse_cut_last_number(path)
     try:
         with warnings.catch_warnings():  # an empty file warns; it is reported below instead
             warnings.simplefilter("ignore", UserWarning)
