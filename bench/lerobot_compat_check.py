@@ -35,7 +35,12 @@ item, what LeRobot returns against what was written:
 - LeRobot's decoded frames against PyAV decoding the same mp4 on its own (reported: the pixel
   error against what was written is the codec's, not a misread);
 - a second ``LeRobotDataset(episodes=[1, 2], delta_timestamps=...)``: rows and frames at
-  offsets -2, 0, +1 frames, with the padding flags at episode edges.
+  offsets -2, 0, +1 frames, with the padding flags at episode edges;
+- the writer's extra features (``features=``: ``next.reward``, ``next.done``,
+  ``observation.environment_state``) exactly as written;
+- numbatraj's ``BatchLoader(delta_timestamps=...)`` over the imported store against
+  ``LeRobotDataset(delta_timestamps=...)`` item by item (values and ``_is_pad`` exactly,
+  frames exactly), here and on the suite's adversarial fixture (``check_batch_loader``).
 
 ``--streaming`` also writes with ``checkpoint=False`` (episodes share one mp4, so LeRobot must
 use ``from_timestamp``).  Prints PASS/FAIL per codec and exits non-zero on any failure.
@@ -70,6 +75,9 @@ TASKS = ["put the cube in the bowl", "stack the cubes"]
 # Mean absolute error (0..255) a decoded frame may have against the frame written.  CRF 30
 # on these small synthetic frames stays well under it; a wrong or shifted frame does not.
 MEAN_TOL = 8.0
+#: the writer's extra features (an offline-RL dataset's reward and done, an env state)
+EXTRA_FEATURES = {"next.reward": ("float32", (1,)), "next.done": ("bool", (1,)),
+                  "observation.environment_state": ("float32", (3,))}
 
 
 def camera_frame(cam: int, ep: int, k: int) -> np.ndarray:
@@ -88,9 +96,11 @@ def write_dataset(root: Path, codec: str, checkpoint: bool = True) -> dict:
     """Write the dataset and return what was written (float32 rows, uint8 frames)."""
     states, actions, ep_idx, frame_idx, tasks = [], [], [], [], []
     frames: dict[str, list[np.ndarray]] = {c: [] for c in CAMERAS}
+    extra: dict[str, list[np.ndarray]] = {k: [] for k in EXTRA_FEATURES}
     with LeRobotWriter(
         root, FPS, STATE_NAMES, ACTION_NAMES, CAMERAS, H, W,
         checkpoint=checkpoint, codec=codec, robot_type="so101_follower",
+        features=EXTRA_FEATURES,
     ) as w:
         for ep, n in enumerate(LENGTHS):
             task = TASKS[ep % 2]
@@ -100,7 +110,12 @@ def write_dataset(root: Path, codec: str, checkpoint: bool = True) -> dict:
                 state = np.sin(t + np.arange(len(STATE_NAMES))) * 40.0 + 0.123456789
                 action = state[: len(ACTION_NAMES)] + np.cos(3 * t) * 2.0
                 fr = {c: camera_frame(i, ep, k) for i, c in enumerate(CAMERAS)}
-                w.add_frame(state, action, fr)
+                ex = {"next.reward": np.float32(np.sin(t) + ep),
+                      "next.done": np.bool_(k == n - 1),
+                      "observation.environment_state": np.cos(t + np.arange(3, dtype=np.float32))}
+                w.add_frame(state, action, fr, extra=ex)
+                for key, v in ex.items():
+                    extra[key].append(np.asarray(v))
                 states.append(np.asarray(state, np.float32))
                 actions.append(np.asarray(action, np.float32))
                 ep_idx.append(ep)
@@ -114,6 +129,7 @@ def write_dataset(root: Path, codec: str, checkpoint: bool = True) -> dict:
         "episode_index": np.array(ep_idx), "frame_index": np.array(frame_idx),
         "timestamp": (np.array(frame_idx, np.float64) / FPS).astype(np.float32),
         "task": tasks, "frames": {c: np.stack(v) for c, v in frames.items()},
+        "extra": {k: np.stack(v) for k, v in extra.items()},
     }
 
 
@@ -183,6 +199,10 @@ def check_loaded(root: Path, repo_id: str, want: dict, backend: str | None) -> t
             got = _np(item[key])
             ref = want["state" if key == "observation.state" else "action"][i]
             if got.dtype != np.float32 or got.shape != ref.shape or not np.array_equal(got, ref):
+                once(key, f"{key} at index {i}: got {got.dtype}{got.shape} {got}, wrote {ref}")
+        for key, wrote in want["extra"].items():  # the writer's features=
+            got, ref = _np(item[key]), wrote[i].reshape(-1)
+            if got.reshape(-1).shape != ref.shape or not np.array_equal(got.reshape(-1), ref):
                 once(key, f"{key} at index {i}: got {got.dtype}{got.shape} {got}, wrote {ref}")
         for key in ("episode_index", "frame_index", "index"):
             got = int(_np(item[key]))
@@ -315,6 +335,8 @@ def check_delta_subset(root: Path, repo_id: str, want: dict, backend: str | None
 # the end pads), Diffusion Policy's two observation frames, and offsets on both sides.
 LOADER_DELTAS = {
     "observation.state": [-2, -1, 0],
+    "next.reward": [0, 1, 2],
+    "observation.environment_state": [-1, 0],
     "action": list(range(-1, 30)),
     "observation.images.front": [-1, 0, 2],
     "observation.images.wrist": [0],
