@@ -35,7 +35,12 @@ item, what LeRobot returns against what was written:
 - LeRobot's decoded frames against PyAV decoding the same mp4 on its own (reported: the pixel
   error against what was written is the codec's, not a misread);
 - a second ``LeRobotDataset(episodes=[1, 2], delta_timestamps=...)``: rows and frames at
-  offsets -2, 0, +1 frames, with the padding flags at episode edges.
+  offsets -2, 0, +1 frames, with the padding flags at episode edges;
+- the writer's extra features (``features=``: ``next.reward``, ``next.done``,
+  ``observation.environment_state``) exactly as written;
+- numbatraj's ``BatchLoader(delta_timestamps=...)`` over the imported store against
+  ``LeRobotDataset(delta_timestamps=...)`` item by item (values and ``_is_pad`` exactly,
+  frames exactly), here and on the suite's adversarial fixture (``check_batch_loader``).
 
 ``--streaming`` also writes with ``checkpoint=False`` (episodes share one mp4, so LeRobot must
 use ``from_timestamp``).  Prints PASS/FAIL per codec and exits non-zero on any failure.
@@ -70,6 +75,9 @@ TASKS = ["put the cube in the bowl", "stack the cubes"]
 # Mean absolute error (0..255) a decoded frame may have against the frame written.  CRF 30
 # on these small synthetic frames stays well under it; a wrong or shifted frame does not.
 MEAN_TOL = 8.0
+#: the writer's extra features (an offline-RL dataset's reward and done, an env state)
+EXTRA_FEATURES = {"next.reward": ("float32", (1,)), "next.done": ("bool", (1,)),
+                  "observation.environment_state": ("float32", (3,))}
 
 
 def camera_frame(cam: int, ep: int, k: int) -> np.ndarray:
@@ -88,9 +96,11 @@ def write_dataset(root: Path, codec: str, checkpoint: bool = True) -> dict:
     """Write the dataset and return what was written (float32 rows, uint8 frames)."""
     states, actions, ep_idx, frame_idx, tasks = [], [], [], [], []
     frames: dict[str, list[np.ndarray]] = {c: [] for c in CAMERAS}
+    extra: dict[str, list[np.ndarray]] = {k: [] for k in EXTRA_FEATURES}
     with LeRobotWriter(
         root, FPS, STATE_NAMES, ACTION_NAMES, CAMERAS, H, W,
         checkpoint=checkpoint, codec=codec, robot_type="so101_follower",
+        features=EXTRA_FEATURES,
     ) as w:
         for ep, n in enumerate(LENGTHS):
             task = TASKS[ep % 2]
@@ -100,7 +110,12 @@ def write_dataset(root: Path, codec: str, checkpoint: bool = True) -> dict:
                 state = np.sin(t + np.arange(len(STATE_NAMES))) * 40.0 + 0.123456789
                 action = state[: len(ACTION_NAMES)] + np.cos(3 * t) * 2.0
                 fr = {c: camera_frame(i, ep, k) for i, c in enumerate(CAMERAS)}
-                w.add_frame(state, action, fr)
+                ex = {"next.reward": np.float32(np.sin(t) + ep),
+                      "next.done": np.bool_(k == n - 1),
+                      "observation.environment_state": np.cos(t + np.arange(3, dtype=np.float32))}
+                w.add_frame(state, action, fr, extra=ex)
+                for key, v in ex.items():
+                    extra[key].append(np.asarray(v))
                 states.append(np.asarray(state, np.float32))
                 actions.append(np.asarray(action, np.float32))
                 ep_idx.append(ep)
@@ -114,6 +129,7 @@ def write_dataset(root: Path, codec: str, checkpoint: bool = True) -> dict:
         "episode_index": np.array(ep_idx), "frame_index": np.array(frame_idx),
         "timestamp": (np.array(frame_idx, np.float64) / FPS).astype(np.float32),
         "task": tasks, "frames": {c: np.stack(v) for c, v in frames.items()},
+        "extra": {k: np.stack(v) for k, v in extra.items()},
     }
 
 
@@ -183,6 +199,10 @@ def check_loaded(root: Path, repo_id: str, want: dict, backend: str | None) -> t
             got = _np(item[key])
             ref = want["state" if key == "observation.state" else "action"][i]
             if got.dtype != np.float32 or got.shape != ref.shape or not np.array_equal(got, ref):
+                once(key, f"{key} at index {i}: got {got.dtype}{got.shape} {got}, wrote {ref}")
+        for key, wrote in want["extra"].items():  # the writer's features=
+            got, ref = _np(item[key]), wrote[i].reshape(-1)
+            if got.reshape(-1).shape != ref.shape or not np.array_equal(got.reshape(-1), ref):
                 once(key, f"{key} at index {i}: got {got.dtype}{got.shape} {got}, wrote {ref}")
         for key in ("episode_index", "frame_index", "index"):
             got = int(_np(item[key]))
@@ -311,6 +331,134 @@ def check_delta_subset(root: Path, repo_id: str, want: dict, backend: str | None
     return fails
 
 
+# delta_timestamps for the BatchLoader check: ACT's chunk (longer than the shortest episode, so
+# the end pads), Diffusion Policy's two observation frames, and offsets on both sides.
+LOADER_DELTAS = {
+    "observation.state": [-2, -1, 0],
+    "next.reward": [0, 1, 2],
+    "observation.environment_state": [-1, 0],
+    "action": list(range(-1, 30)),
+    "observation.images.front": [-1, 0, 2],
+    "observation.images.wrist": [0],
+}
+
+
+def check_batch_loader(root: Path, repo_id: str, backend: str | None, workdir: Path,
+                       dataset_cls, deltas: dict | None = None, size: tuple[int, int] = (H, W),
+                       exact_cameras: tuple[str, ...] | None = None,
+                       ) -> tuple[list[str], dict]:
+    """numbatraj's ``BatchLoader`` over the imported store against LeRobot's own items.
+
+    The directory is imported with ``import_lerobot_v3`` at its own frame size (no resize),
+    then one unshuffled epoch of ``BatchLoader(delta_timestamps=...)`` batches (LeRobot
+    feature names as keys, ``images="float"``) is compared with ``LeRobotDataset(root,
+    delta_timestamps=...)[i]`` for every frame: state, action and every ``*_is_pad`` exactly;
+    camera frames exactly when LeRobot decodes with PyAV (the decoder numbatraj's import
+    uses), else the largest difference is reported.  ``exact_cameras`` (default: every
+    camera) are the ones stored at their own size; a resized camera is only reported.
+    Returns (failures, figures)."""
+    from numbatraj.lerobot import import_lerobot_v3
+    from numbatraj.training import BatchLoader
+
+    fails: list[str] = []
+    figs: dict = {}
+    deltas = deltas or LOADER_DELTAS
+    dts = {k: [d / FPS for d in v] for k, v in deltas.items()}
+    store = workdir / f"{root.name}.h5"
+    t0 = time.perf_counter()
+    import_lerobot_v3(root, store, height=size[0], width=size[1], overwrite=True,
+                      show_progress=False)
+    figs["loader: import s"] = time.perf_counter() - t0
+    ds = dataset_cls(repo_id=repo_id, root=root, delta_timestamps=dts, video_backend=backend)
+    loader = BatchLoader(str(store), 16, delta_timestamps=dts, shuffle=False, drop_last=False,
+                         images="float", output="numpy")
+    n_items, frame_max, resized = 0, 0.0, set()
+    # LeRobot's items are addressed by position in its parquet rows, which need not be in
+    # index order (the fixture shuffles them); the store row of a frame is its global index.
+    position = {int(v): p for p, v in enumerate(ds.hf_dataset["index"])}
+    for batch in loader:
+        for b, i in enumerate(batch["index"].tolist()):
+            if i not in position:
+                fails.append(f"loader row {i}: LeRobot has no frame with index {i}")
+                return fails, figs
+            item = ds[position[i]]
+            n_items += 1
+            if int(_np(item["index"])) != i or int(_np(item["episode_index"])) != \
+                    int(batch["episode_index"][b]):
+                fails.append(f"loader row {i}: index/episode_index {i}/"
+                             f"{int(batch['episode_index'][b])} differ from LeRobot's "
+                             f"{int(_np(item['index']))}/{int(_np(item['episode_index']))}")
+                return fails, figs
+            for key in deltas:
+                got, ref = batch[key][b], _np(item[key])
+                pad, ref_pad = batch[key + "_is_pad"][b], _np(item[key + "_is_pad"])
+                if not np.array_equal(pad, ref_pad):
+                    fails.append(f"loader row {i} {key}_is_pad {pad.tolist()} != LeRobot's "
+                                 f"{ref_pad.tolist()}")
+                    return fails, figs
+                if key.startswith("observation.images.") and exact_cameras is not None \
+                        and key not in exact_cameras:
+                    resized.add(key)  # pad flags compared above; pixels resized by design
+                    continue
+                if key.startswith("observation.images.") and got.shape[:1] == (1,) \
+                        and ref.shape == got.shape[1:]:
+                    # LeRobot squeezes the time axis of a camera window of one offset
+                    # (``frames.squeeze(0)``); numbatraj keeps (T, ...) for every key with
+                    # deltas, as its docs say.  The values must still agree.
+                    got = got[0]
+                    figs["loader: LeRobot squeezes 1-offset camera windows"] = True
+                if got.shape != ref.shape or got.dtype != ref.dtype:
+                    fails.append(f"loader row {i} {key}: {got.dtype}{got.shape} != LeRobot's "
+                                 f"{ref.dtype}{ref.shape}")
+                    return fails, figs
+                if key.startswith("observation.images."):
+                    err = float(np.abs(got - ref).max()) * 255.0
+                    frame_max = max(frame_max, err)
+                    if (backend or "").lower() == "pyav" and err != 0.0:
+                        fails.append(f"loader row {i} {key}: frames differ from LeRobot's "
+                                     f"(max {err:.1f}/255) though both decode with PyAV")
+                        return fails, figs
+                elif not np.array_equal(got, ref):
+                    fails.append(f"loader row {i} {key}: values differ from LeRobot's "
+                                 f"(max abs {float(np.abs(got - ref).max())})")
+                    return fails, figs
+    loader.close()
+    if n_items != len(ds):
+        fails.append(f"loader epoch covered {n_items} frames, LeRobot has {len(ds)}")
+    figs["loader: frames compared"] = n_items
+    figs["loader: max frame difference (0..255)"] = frame_max
+    figs["loader: frames exact"] = frame_max == 0.0
+    if exact_cameras is not None:
+        figs["loader: resized cameras (pad flags compared, pixels not)"] = sorted(resized)
+    return fails, figs
+
+
+def check_test_fixture(workdir: Path, backend: str | None, dataset_cls) -> tuple[list, dict]:
+    """The suite's own adversarial LeRobot fixture (tests/lerobot/lerobot_fixtures.py: 7
+    unequal episodes split unevenly over data, episode and video files, padding frames, an
+    AV1 and an H.264 camera of different sizes) with LeRobot's RL features, through the
+    same BatchLoader check.  The store holds one frame size, so the wrist camera (32x24) is
+    resized to the front camera's 40x30: its frames are reported, not compared."""
+    sys.path.insert(0, str(ROOT / "tests" / "lerobot"))
+    from lerobot_fixtures import adversarial_spec
+    from lerobot_fixtures import write_dataset as write_fixture
+
+    root = workdir / "ds-test-fixture"
+    if root.exists():
+        shutil.rmtree(root)
+    extra = {"next.reward": ("float32", [1]), "next.done": ("bool", [1]),
+             "observation.environment_state": ("float32", [3])}
+    # rows in index order, as LeRobot writes them: LeRobot addresses its parquet rows by
+    # position (the shuffled-rows variant is a numbatraj robustness test, not LeRobot data)
+    write_fixture(root, adversarial_spec(extra_features=extra, seed=3, shuffle_rows=False))
+    deltas = {"observation.state": [-1, 0], "action": list(range(10)),
+              "next.reward": [0, 1, 2], "observation.images.front": [-2, 0],
+              "observation.images.wrist": [0, 1]}
+    return check_batch_loader(root, "numbatraj/compat-test-fixture", backend, workdir,
+                              dataset_cls, deltas=deltas, size=(30, 40),
+                              exact_cameras=("observation.images.front",))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--codec", action="append", default=None,
@@ -366,11 +514,34 @@ def main() -> int:
         except Exception as exc:
             traceback.print_exc()
             fails, figs = [f"LeRobotDataset raised {type(exc).__name__}: {exc}"], {}
+        try:
+            from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+            lfails, lfigs = check_batch_loader(root, f"numbatraj/compat-{root.name}",
+                                               args.video_backend, work, LeRobotDataset)
+        except Exception as exc:
+            traceback.print_exc()
+            lfails, lfigs = [f"BatchLoader check raised {type(exc).__name__}: {exc}"], {}
+        fails, figs = fails + lfails, {**figs, **lfigs}
         results[name] = (fails, figs)
         for k, v in figs.items():
             print(f"   {k}: {v:.3f}" if isinstance(v, float) else f"   {k}: {v}")
         for f in fails:
             print(f"   FAIL: {f}")
+
+    print("\n== the suite's adversarial fixture, with next.reward/next.done/environment_state")
+    try:
+        from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+        fails, figs = check_test_fixture(work, args.video_backend, LeRobotDataset)
+    except Exception as exc:
+        traceback.print_exc()
+        fails, figs = [f"fixture check raised {type(exc).__name__}: {exc}"], {}
+    results["test fixture"] = (fails, figs)
+    for k, v in figs.items():
+        print(f"   {k}: {v:.3f}" if isinstance(v, float) else f"   {k}: {v}")
+    for f in fails:
+        print(f"   FAIL: {f}")
 
     print("\n== summary")
     ok = True

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import sys
+import zipfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -22,10 +23,12 @@ from numbatraj._version import __version__
 from numbatraj.data.column import ColumnSpec
 from numbatraj.data.store_stats import close_with_stats
 from numbatraj.data.writer import TrajectoryStoreWriter
-from numbatraj.errors import SourceFormatError
+from numbatraj.errors import IntegrityError, NumbatrajError, SourceFormatError
 from numbatraj.io.atomic import publish_lock
+from numbatraj.io.hdf5 import open_h5_read
 
 __all__ = [
+    "SourceAccount",
     "SourceFormatError",
     "attr_text",
     "column_name",
@@ -34,9 +37,11 @@ __all__ = [
     "natural_key",
     "open_writer",
     "progress",
+    "open_source",
     "scalar_attrs",
     "sorted_natural",
     "source_attrs",
+    "source_errors",
 ]
 
 T = TypeVar("T")
@@ -78,9 +83,12 @@ def _one_line(text: str) -> str:
 
 
 def scalar_attrs(
-    attrs: Mapping[str, Any], prefix: str, *, skip: Sequence[str] = ()
+    attrs: Mapping[str, Any], prefix: str, *, skip: Sequence[str] = (),
+    recorded: list[str] | None = None,
 ) -> dict[str, str]:
-    """HDF5 attributes as manifest strings under ``prefix``; arrays longer than 64 are skipped.
+    """HDF5 attributes as manifest strings under ``prefix``; arrays longer than 64 are skipped
+    (``recorded``, when given, receives the names of the attributes that were kept, so that
+    a :class:`SourceAccount` lists the others).
 
     JSON strings are re-serialised compactly so that they fit on one manifest line.
     """
@@ -90,6 +98,8 @@ def scalar_attrs(
             continue
         if isinstance(value, np.ndarray) and value.size > 64:
             continue
+        if recorded is not None:
+            recorded.append(key)
         text = attr_text(value)
         if text[:1] in "{[":
             try:
@@ -187,3 +197,117 @@ def column_name(*parts: str) -> str:
     """A store column name from source path parts: ``("obs", "agentview")`` -> ``obs.agentview``."""
     name = ".".join(p.strip("/").replace("/", ".") for p in parts if p)
     return re.sub(r"[=,\s]", "_", name)
+
+
+class SourceAccount:
+    """Every dataset and attribute an HDF5 source holds, and which of them an import used:
+    what was not used is the manifest's ``skipped`` list, so nothing is dropped unlisted.
+
+    Entry names: a dataset's path, an attribute ``<path>@<name>`` (``@<name>`` alone for the
+    file's own attributes).  With ``episode_group`` (a regular expression matching the path
+    of one episode's group, e.g. ``data/demo_\\d+``), what lies inside an episode group is
+    named relative to it (``obs/agentview_image``, ``@model_file``: the same name for every
+    episode) and everything else is rooted with ``/`` (``/mask@note``, ``/@date``).
+    """
+
+    def __init__(self, f: h5py.File, episode_group: str | None = None) -> None:
+        self._ep = re.compile(f"({episode_group})(/|$)") if episode_group else None
+        self._items: dict[str, None] = {}
+        self._used: set[str] = set()
+        for a in f.attrs:
+            self._items[self.name("", a)] = None
+
+        def visit(name: str, obj: Any) -> None:
+            if isinstance(obj, h5py.Dataset):
+                self._items[self.name(name)] = None
+            for a in obj.attrs:
+                self._items[self.name(name, a)] = None
+
+        f.visititems(visit)
+
+    def name(self, path: str, attr: str | None = None) -> str:
+        """The entry name of dataset/group ``path`` (or of its attribute ``attr``)."""
+        path = path.strip("/")
+        if self._ep is not None:
+            m = self._ep.match(path)
+            path = path[m.end():] if m else "/" + path
+        return _one_line(path + ("" if attr is None else f"@{attr}")).replace(",", "_")
+
+    def use(self, path: str, *attrs: str) -> None:
+        """Mark dataset ``path`` used, or (with ``attrs``) those attributes of ``path``."""
+        if attrs:
+            self._used.update(self.name(path, a) for a in attrs)
+        else:
+            self._used.add(self.name(path))
+
+    def use_tree(self, path: str) -> None:
+        """Mark everything under group ``path`` (datasets and attributes) used."""
+        base = self.name(path)
+        self._used.update(
+            k for k in self._items
+            if k == base or k.startswith(base + "/") or k.startswith(base + "@")
+        )
+
+    @property
+    def items(self) -> list[str]:
+        """Every entry of the source, in the order found."""
+        return list(self._items)
+
+    def skipped(self) -> list[str]:
+        """The entries not used, in natural order."""
+        return sorted_natural(k for k in self._items if k not in self._used)
+
+    def record(self, attrs: dict[str, Any], key: str = "skipped") -> None:
+        """Put :meth:`skipped` into manifest ``attrs`` (nothing when nothing was skipped)."""
+        skipped = self.skipped()
+        if skipped:
+            attrs[key] = ",".join(skipped)
+
+
+#: Errors a reader (h5py, numpy, json, zarr) raises for a source it cannot make sense of;
+#: :func:`source_errors` turns them into numbatraj errors naming the source.
+_CONTENT_ERRORS = (KeyError, ValueError, TypeError, AttributeError, IndexError)
+#: OSErrors that say something about a path, not the content: passed through as they are.
+_PATH_ERRORS = (FileExistsError, FileNotFoundError, PermissionError, IsADirectoryError,
+                NotADirectoryError, BlockingIOError, InterruptedError)
+
+
+@contextmanager
+def source_errors(source: str | os.PathLike[str]) -> Iterator[None]:
+    """Let only numbatraj errors leave an import of ``source`` for bad content.
+
+    Inside the block a raw error of the readers (h5py's ``OSError``/``RuntimeError``/
+    ``KeyError``, numpy's ``ValueError`` for a shape that does not fit, a JSON error...)
+    becomes :class:`~numbatraj.errors.IntegrityError` (an unreadable, truncated or corrupt
+    file; an ``OSError``) or :class:`SourceFormatError` (content of the wrong kind; a
+    ``ValueError``), naming ``source`` and keeping the reader's message.  numbatraj errors
+    and errors about a path (missing, existing, permissions, a held lock) pass unchanged.
+    """
+    where = os.fspath(source)
+    try:
+        yield
+    except NumbatrajError:
+        raise
+    except _PATH_ERRORS:
+        raise
+    except (OSError, RuntimeError, zipfile.BadZipFile, EOFError) as exc:
+        raise IntegrityError(
+            f"{where}: cannot be read ({type(exc).__name__}: {exc}); the file is truncated, "
+            f"corrupt or not of this format"
+        ) from exc
+    except _CONTENT_ERRORS as exc:
+        raise SourceFormatError(
+            f"{where}: unexpected content ({type(exc).__name__}: {exc})"
+        ) from exc
+
+
+def open_source(path: str | os.PathLike[str]) -> h5py.File:
+    """``path`` opened read-only (:func:`~numbatraj.io.hdf5.open_h5_read`); a file that is not
+    HDF5 or is truncated is :class:`~numbatraj.errors.IntegrityError` (an ``OSError``)
+    naming it."""
+    try:
+        return open_h5_read(path)
+    except _PATH_ERRORS:
+        raise
+    except OSError as exc:  # open_h5_read's message names the file
+        raise IntegrityError(str(exc)) from exc

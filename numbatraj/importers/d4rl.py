@@ -18,16 +18,19 @@ import numpy as np
 
 from numbatraj.data.column import ColumnSpec
 from numbatraj.importers._common import (
+    SourceAccount,
     SourceFormatError,
     attr_text,
     column_name,
     default_out,
     h5_dataset,
+    open_source,
     open_writer,
     progress,
+    scalar_attrs,
     source_attrs,
+    source_errors,
 )
-from numbatraj.io.hdf5 import open_h5_read
 
 __all__ = ["IMPORTER_VERSION", "SourceFormatError", "d4rl_episode_bounds", "import_d4rl"]
 
@@ -75,7 +78,7 @@ def _flags(f: h5py.File, key: str, n: int, where: str) -> np.ndarray:
 
 
 def _columns(f: h5py.File, path: str) -> tuple[dict[str, str], list[ColumnSpec], list[str]]:
-    """Source dataset path -> column name, the column specs, and the skipped datasets."""
+    """Source dataset path -> column name, the column specs, and the infos left out."""
     for key in _REQUIRED:
         h5_dataset(f, key, path)
     n = f["observations"].shape[0]
@@ -112,6 +115,11 @@ def _columns(f: h5py.File, path: str) -> tuple[dict[str, str], list[ColumnSpec],
             raise SourceFormatError(f"{path}: {key!r} has dtype {dt}, expected a numeric dataset")
         if key in ("terminals", "timeouts"):
             dt = np.dtype(np.bool_)
+        if key in ("rewards", "terminals", "timeouts") and row != ():
+            raise SourceFormatError(
+                f"{path}: {key!r} has shape {ds.shape}, expected one value per row "
+                f"(({n},) or ({n}, 1))"
+            )
         if key not in ("rewards", "terminals", "timeouts") and row != ds.shape[1:]:
             raise SourceFormatError(f"{path}: {key!r} has an unexpected shape {ds.shape}")
         specs.append(ColumnSpec(col, dt, row))
@@ -168,8 +176,8 @@ def import_d4rl(
     """
     path = os.fspath(path)
     out = default_out(path) if out is None else out
-    with open_h5_read(path) as f:
-        sources, specs, skipped = _columns(f, path)
+    with source_errors(path), open_source(path) as f:
+        sources, specs, _ = _columns(f, path)  # infos left out: in the account below
         n = f["observations"].shape[0]
         terminals = _flags(f, "terminals", n, path)
         timeouts = _flags(f, "timeouts", n, path) if "timeouts" in f else None
@@ -190,12 +198,20 @@ def import_d4rl(
             "tail": "dropped" if drop_tail else "kept as the last episode",
             "columns_from": ",".join(f"{c}={k}" for k, c in sources.items()),
         })
-        if skipped:
-            attrs["skipped"] = ",".join(skipped)
+        account = SourceAccount(f)
+        for key in sources:
+            account.use(key)
         if isinstance(f.get("metadata"), h5py.Group):
             for key, obj in f["metadata"].items():
                 if isinstance(obj, h5py.Dataset) and obj.size <= 16:
                     attrs[f"source.metadata.{key}"] = attr_text(obj[()])
+                    account.use(f"metadata/{key}")
+        kept: list[str] = []
+        attrs.update(scalar_attrs(f.attrs, "source.attrs.", recorded=kept))
+        account.use("", *kept)
+        # what is left: non-numeric infos, large or nested metadata (policy weights), other
+        # datasets and the datasets' attributes
+        account.record(attrs)
         row_bytes = sum(s.row_bytes for s in specs)
         by_name = {s.name: s for s in specs}
         stem = os.path.basename(path).rsplit(".", 1)[0]

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from numbatraj.data.column import ColumnSpec
+from numbatraj.errors import IntegrityError
 from numbatraj.importers._common import (
     SourceFormatError,
     default_out,
@@ -25,13 +26,14 @@ from numbatraj.importers._common import (
     progress,
     sorted_natural,
     source_attrs,
+    source_errors,
 )
 
 __all__ = ["IMPORTER_VERSION", "SourceFormatError", "import_diffusion_policy"]
 
 IMPORTER_VERSION = "1"
 
-_READ_ERRORS = (ValueError, KeyError, TypeError, RuntimeError, OSError)
+_READ_ERRORS = (ValueError, KeyError, TypeError, RuntimeError, OSError, zipfile.BadZipFile)
 
 
 def _open_group(path: str) -> tuple[Any, Any]:
@@ -46,6 +48,11 @@ def _open_group(path: str) -> tuple[Any, Any]:
     if not os.path.exists(path):
         raise FileNotFoundError(f"zarr replay buffer {path!r} does not exist")
     store = None
+    if os.path.isfile(path) and not zipfile.is_zipfile(path):
+        raise IntegrityError(
+            f"{path}: not a zip file (a .zarr.zip that is truncated, corrupt or of another "
+            f"format)"
+        )
     try:
         if os.path.isfile(path):
             store = zarr.storage.ZipStore(path, mode="r")
@@ -153,60 +160,72 @@ def import_diffusion_policy(
     path = os.fspath(path)
     if out is None:
         out = default_out(path)
-    group, store = _open_group(path)
-    try:
-        ends = _episode_ends(group, path)
-        data_keys = _member_names(path, "data")
-        all_keys = list(data_keys)
-        if keys is not None:
-            unknown = [k for k in keys if k not in data_keys]
-            if unknown:
-                raise SourceFormatError(
-                    f"{path}: data/ has no {unknown}; it holds {', '.join(data_keys)}"
-                )
-            data_keys = list(keys)
-        if not data_keys:
-            raise SourceFormatError(f"{path}: group 'data' holds no arrays")
-        arrays = {k: _array(group, f"data/{k}", path) for k in data_keys}
-        n = int(ends[-1])
-        specs = []
-        for k, a in arrays.items():
-            if len(a.shape) == 0 or a.shape[0] != n:
-                raise SourceFormatError(
-                    f"{path}: data/{k} has shape {a.shape} but meta/episode_ends[-1] = {n}; "
-                    f"every data array must have {n} rows"
-                )
-            specs.append(ColumnSpec(k, np.dtype(a.dtype), tuple(a.shape[1:])))
-        attrs: dict[str, Any] = source_attrs("diffusion_policy", path, IMPORTER_VERSION)
-        attrs.update({
-            "obs_alignment": "as recorded (PushT: obs[t] before action[t])",
-            "episode_index": "meta/episode_ends (cumulative ends)",
-            "meta_arrays": ",".join(_member_names(path, "meta")),
-            "zarr_format": str(group.metadata.zarr_format),
-        })
-        skipped = [f"data/{k}" for k in all_keys if k not in data_keys]
-        skipped += [f"meta/{k}" for k in _member_names(path, "meta") if k != "episode_ends"]
-        if skipped:
-            attrs["skipped"] = ",".join(skipped)
-        root_attrs = dict(group.attrs)
-        if root_attrs:
-            attrs["source.attrs"] = json.dumps(root_attrs, separators=(",", ":"), default=str)
-        starts = np.concatenate([[0], ends[:-1]])
-        name = os.path.basename(default_out(path, ""))
-        with open_writer(out, specs, env_id=name, attrs=attrs, overwrite=overwrite) as w:
-            for i in progress(range(len(ends)), "diffusion-policy", show_progress):
-                s, e = int(starts[i]), int(ends[i])
-                rows = {}
-                for k, a in arrays.items():
-                    try:
-                        rows[k] = np.asarray(a[s:e])
-                    except _READ_ERRORS as exc:
-                        raise SourceFormatError(
-                            f"{path}: data/{k} rows {s}:{e} (episode {i}) cannot be read: {exc}"
-                        ) from None
-                w.append_rows(rows)
-                w.end_episode()
-    finally:
-        if store is not None:
-            store.close()
+    with source_errors(path):
+        group, store = _open_group(path)
+        try:
+            ends = _episode_ends(group, path)
+            data_keys = _member_names(path, "data")
+            all_keys = list(data_keys)
+            if keys is not None:
+                unknown = [k for k in keys if k not in data_keys]
+                if unknown:
+                    raise SourceFormatError(
+                        f"{path}: data/ has no {unknown}; it holds {', '.join(data_keys)}"
+                    )
+                data_keys = list(keys)
+            if not data_keys:
+                raise SourceFormatError(f"{path}: group 'data' holds no arrays")
+            arrays = {k: _array(group, f"data/{k}", path) for k in data_keys}
+            n = int(ends[-1])
+            specs = []
+            for k, a in arrays.items():
+                if len(a.shape) == 0 or a.shape[0] != n:
+                    raise SourceFormatError(
+                        f"{path}: data/{k} has shape {a.shape} but meta/episode_ends[-1] = {n}; "
+                        f"every data array must have {n} rows"
+                    )
+                specs.append(ColumnSpec(k, np.dtype(a.dtype), tuple(a.shape[1:])))
+            attrs: dict[str, Any] = source_attrs("diffusion_policy", path, IMPORTER_VERSION)
+            attrs.update({
+                "obs_alignment": "as recorded (PushT: obs[t] before action[t])",
+                "episode_index": "meta/episode_ends (cumulative ends)",
+                "meta_arrays": ",".join(_member_names(path, "meta")),
+                "zarr_format": str(group.metadata.zarr_format),
+            })
+            attrs["columns_from"] = ",".join(f"{k}=data/{k}" for k in data_keys)
+            skipped = [f"data/{k}" for k in all_keys if k not in data_keys]
+            skipped += [f"meta/{k}" for k in _member_names(path, "meta") if k != "episode_ends"]
+            if skipped:
+                attrs["skipped"] = ",".join(skipped)
+            root_attrs = dict(group.attrs)
+            if root_attrs:
+                attrs["source.attrs"] = json.dumps(root_attrs, separators=(",", ":"), default=str)
+            # the attributes of the groups and of the imported arrays, so none is dropped
+            # (a skipped array's go with it)
+            holders = {"data": group["data"], "meta": group["meta"],
+                       "meta/episode_ends": group["meta/episode_ends"],
+                       **{f"data/{k}": a for k, a in arrays.items()}}
+            for where, obj in holders.items():
+                extra = dict(obj.attrs)
+                if extra:
+                    attrs[f"source.attrs.{where}"] = json.dumps(
+                        extra, separators=(",", ":"), default=str)
+            starts = np.concatenate([[0], ends[:-1]])
+            name = os.path.basename(default_out(path, ""))
+            with open_writer(out, specs, env_id=name, attrs=attrs, overwrite=overwrite) as w:
+                for i in progress(range(len(ends)), "diffusion-policy", show_progress):
+                    s, e = int(starts[i]), int(ends[i])
+                    rows = {}
+                    for k, a in arrays.items():
+                        try:
+                            rows[k] = np.asarray(a[s:e])
+                        except _READ_ERRORS as exc:
+                            raise SourceFormatError(
+                                f"{path}: data/{k} rows {s}:{e} (episode {i}) cannot be read: {exc}"
+                            ) from None
+                    w.append_rows(rows)
+                    w.end_episode()
+        finally:
+            if store is not None:
+                store.close()
     return os.fspath(out)

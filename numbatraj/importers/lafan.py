@@ -62,6 +62,33 @@ def _locate_bad_row(path: str) -> str:
     return "the file could not be parsed"
 
 
+def _digits(token: bytes) -> int:
+    token = token.strip().lower().split(b"e")[0]
+    return len(token.split(b".")[1]) if b"." in token else len(token.lstrip(b"+-"))
+
+
+def _refuse_cut_last_number(path: str) -> None:
+    """A file cut inside its last number still parses, as another number: refuse a last
+    line with no newline whose last value has fewer digits than the line before's."""
+    with open(path, "rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        size = fh.tell()
+        fh.seek(max(0, size - 64 * 1024))
+        tail = fh.read()
+    if not tail or tail.endswith((b"\n", b"\r")):
+        return
+    lines = tail.splitlines()
+    if len(lines) < 2:
+        return
+    last, before = lines[-1].split(b","), lines[-2].split(b",")
+    if len(last) == len(before) and _digits(last[-1]) < _digits(before[-1]):
+        raise SourceFormatError(
+            f"{path}: the last line has no newline and its last value {last[-1].decode()!r} "
+            f"is shorter than the line before's {before[-1].decode()!r}; the file looks "
+            f"truncated"
+        )
+
+
 def read_g1_csv(path: str | os.PathLike[str]) -> np.ndarray:
     """One retargeted G1 clip as float64 ``(T, 36)``.
 
@@ -69,9 +96,12 @@ def read_g1_csv(path: str | os.PathLike[str]) -> np.ndarray:
     ------
     SourceFormatError
         An empty file, a row that is short, long or not numeric (naming the line), a
-        non-finite value, or a file of another robot (H1, H1_2), named as such.
+        non-finite value, a file cut inside its last number (no final newline and a last
+        value shorter than the line before's), or a file of another robot (H1, H1_2),
+        named as such.
     """
     path = os.fspath(path)
+    _refuse_cut_last_number(path)
     try:
         with warnings.catch_warnings():  # an empty file warns; it is reported below instead
             warnings.simplefilter("ignore", UserWarning)
@@ -142,25 +172,40 @@ def _angular_velocity(quat_xyzw: np.ndarray, fps: float) -> np.ndarray:
 PathArg = str | os.PathLike[str]
 
 
-def _list_clips(paths_or_dir: PathArg | Sequence[PathArg]) -> list[str]:
+def _entries(d: str, given: str) -> list[str]:
+    """Every entry of directory ``d`` (named from ``given``), folders with a final ``/``."""
+    rel = os.path.relpath(d, given)
+    return [("" if rel == "." else rel + "/") + n + ("/" if os.path.isdir(os.path.join(d, n))
+                                                    else "")
+            for n in os.listdir(d)]
+
+
+def _list_clips(paths_or_dir: PathArg | Sequence[PathArg]) -> tuple[list[str], list[str]]:
+    """The clip files, and the entries of the given directories that are not read (other
+    robots' folders, READMEs ...), for the manifest's ``skipped``."""
     items = [paths_or_dir] if isinstance(paths_or_dir, (str, os.PathLike)) else list(paths_or_dir)
     files: list[str] = []
+    skipped: list[str] = []
     for item in [os.fspath(i) for i in items]:
         if os.path.isdir(item):
+            given = item
             found = [f for f in os.listdir(item) if f.endswith(".csv")]
             if not found and os.path.isdir(os.path.join(item, "g1")):
+                skipped += [e for e in _entries(item, given) if e != "g1/"]
                 item = os.path.join(item, "g1")
                 found = [f for f in os.listdir(item) if f.endswith(".csv")]
             if not found:
                 raise FileNotFoundError(f"{item!r} holds no .csv clip")
             files += [os.path.join(item, f) for f in sorted_natural(found)]
+            clips = {os.path.relpath(os.path.join(item, f), given) for f in found}
+            skipped += [e for e in _entries(item, given) if e not in clips]
         elif os.path.isfile(item):
             files.append(item)
         else:
             raise FileNotFoundError(f"LAFAN1 clip {item!r} does not exist")
     if not files:
         raise FileNotFoundError("no LAFAN1 clip given")
-    return files
+    return files, sorted_natural(skipped)
 
 
 def import_lafan_g1(
@@ -195,7 +240,7 @@ def import_lafan_g1(
         ``root_lin_vel`` (3), ``root_ang_vel`` (3, world frame), ``joint_vel`` (29),
         ``clip_index``.
     """
-    files = _list_clips(paths_or_dir)
+    files, skipped = _list_clips(paths_or_dir)
     if out is None:
         out = "lafan_g1.h5"
     if fps <= 0:
@@ -221,7 +266,13 @@ def import_lafan_g1(
                            "frame, zero for a one-frame clip; dt = 1/fps",
         "root_ang_vel_frame": "world; rotation vector of q[t+1]*conj(q[t-1]) / (2 dt)",
         "clips": ",".join(names),
+        # every CSV value is imported: these three columns hold the 36 of each row as read
+        "columns_from": "root_pos=csv[0:3],root_quat=csv[3:7],joint_pos=csv[7:36],"
+                        "root_lin_vel=d/dt root_pos,root_ang_vel=d/dt root_quat,"
+                        "joint_vel=d/dt joint_pos,clip_index=clip file order",
     })
+    if skipped:  # entries of the given directories that are not clips
+        attrs["skipped"] = ",".join(e.replace(",", "_") for e in skipped)
     for i, f in enumerate(files):
         attrs[f"clip.{i}.file"] = os.path.basename(f)
     with open_writer(out, cols, env_id="lafan1_g1", attrs=attrs, overwrite=overwrite) as w:

@@ -19,16 +19,20 @@ import numpy as np
 
 from numbatraj.data.column import ColumnSpec
 from numbatraj.importers._common import (
+    SourceAccount,
     SourceFormatError,
     attr_text,
+    column_name,
     default_out,
     h5_dataset,
+    open_source,
     open_writer,
     progress,
+    scalar_attrs,
     sorted_natural,
     source_attrs,
+    source_errors,
 )
-from numbatraj.io.hdf5 import open_h5_read
 
 __all__ = ["IMPORTER_VERSION", "SourceFormatError", "import_libero", "language_from_filename"]
 
@@ -74,13 +78,37 @@ class _Task:
     state_dim: int
     image_hw: tuple[int, int] | None
     attrs: dict[str, str] = field(default_factory=dict)
+    #: per-step numeric datasets beyond the fixed ones, present in every demo of the task
+    #: with one dtype and row shape: demo-relative path -> (dtype, row shape)
+    extras: dict[str, tuple[np.dtype, tuple[int, ...]]] = field(default_factory=dict)
+    account: SourceAccount | None = None
+
+
+#: The datasets every demo must hold (the cameras too when images are imported).
+_FIXED = ("actions", "states", "rewards", "dones", "obs/joint_states", "obs/gripper_states")
+#: ``data`` attributes read into named manifest entries.
+_DATA_ATTRS = ("problem_info", "env_name", "bddl_file_name", "tag", "macros_image_convention")
+
+
+def _extra_datasets(g: h5py.Group, T: int) -> dict[str, tuple[np.dtype, tuple[int, ...]]]:
+    """Per-step numeric datasets of one demo other than the fixed ones and the cameras."""
+    out: dict[str, tuple[np.dtype, tuple[int, ...]]] = {}
+
+    def visit(name: str, obj: Any) -> None:
+        if (isinstance(obj, h5py.Dataset) and name not in _FIXED
+                and name not in {f"obs/{c}" for c in CAMERAS}
+                and obj.dtype.kind in "biuf" and obj.ndim >= 1 and obj.shape[0] == T):
+            out[name] = (obj.dtype, tuple(obj.shape[1:]))
+
+    g.visititems(visit)
+    return out
 
 
 def _scan_task(path: str, images: bool, demos_per_task: int | None) -> _Task:
     """Check one task file's layout and shapes without reading its rows."""
     stem = os.path.basename(path)[: -len(".hdf5")]
     name = stem.removesuffix("_demo")
-    with open_h5_read(path) as f:
+    with source_errors(path), open_source(path) as f:
         data = f.get("data")
         if not isinstance(data, h5py.Group):
             raise SourceFormatError(f"{path}: no 'data' group; not a LIBERO/robomimic demo file")
@@ -93,7 +121,12 @@ def _scan_task(path: str, images: bool, demos_per_task: int | None) -> _Task:
         if "problem_info" not in a:
             raise SourceFormatError(f"{path}: group 'data' has no 'problem_info' attribute")
         language, problem = _problem_language(attr_text(a["problem_info"]), path)
-        attrs = {
+        account = SourceAccount(f, r"data/demo_\d+")
+        kept: list[str] = []
+        # problem_info is also kept whole (domain_name ...), as source.problem_info
+        attrs = scalar_attrs(a, "source.", skip=_DATA_ATTRS[1:], recorded=kept)
+        account.use("data", *kept, *[k for k in _DATA_ATTRS if k in a])
+        attrs |= {
             "language": language,
             "language_from_filename": language_from_filename(name),
             "problem_name": problem,
@@ -106,6 +139,7 @@ def _scan_task(path: str, images: bool, demos_per_task: int | None) -> _Task:
         lengths: list[int] = []
         state_dim = -1
         hw: tuple[int, int] | None = None
+        extras: dict[str, tuple[np.dtype, tuple[int, ...]]] | None = None
         for demo in demos:
             g = data[demo]
             where = f"{path}: data/{demo}"
@@ -158,11 +192,22 @@ def _scan_task(path: str, images: bool, demos_per_task: int | None) -> _Task:
             if T == 0:
                 raise SourceFormatError(f"{where}: the demo has no rows")
             lengths.append(int(T))
-    return _Task(path, name, demos, lengths, state_dim, hw, attrs)
+            found = _extra_datasets(g, T)
+            extras = found if extras is None else {
+                k: v for k, v in extras.items() if found.get(k) == v
+            }
+    account.use("data/demo_0", "num_samples")
+    for key in _FIXED:
+        account.use(f"data/demo_0/{key}")
+    if images:
+        for c in CAMERAS:
+            account.use(f"data/demo_0/obs/{c}")
+    return _Task(path, name, demos, lengths, state_dim, hw, attrs, extras or {}, account)
 
 
 def _demo_rows(
-    g: h5py.Group, task_index: int, n_tasks: int, state_width: int, images: bool, flip: str
+    g: h5py.Group, task_index: int, n_tasks: int, state_width: int, images: bool, flip: str,
+    extras: dict[str, str] | None = None,
 ) -> dict[str, np.ndarray]:
     js = np.asarray(g["obs/joint_states"][()], dtype=np.float64)
     gs = np.asarray(g["obs/gripper_states"][()], dtype=np.float64)
@@ -185,6 +230,8 @@ def _demo_rows(
         "done": np.asarray(g["dones"][()]).astype(np.uint8),
         "task_index": np.full(T, task_index, dtype=np.int64),
     }
+    for key, col in (extras or {}).items():
+        rows[col] = np.asarray(g[key][()])
     if images:
         cams = [np.asarray(g[f"obs/{c}"][()]) for c in CAMERAS]
         img = np.stack(cams, axis=1).transpose(0, 1, 4, 2, 3)  # (T, 2, 3, H, W)
@@ -278,6 +325,16 @@ def import_libero(
         ColumnSpec("done", np.dtype(np.uint8)),
         ColumnSpec("task_index", np.dtype(np.int64)),
     ]
+    # per-step numeric datasets every demo of every task holds alike (robot_states,
+    # obs/ee_pos ...): columns of their own; the rest is listed in ``skipped``
+    common = dict(tasks[0].extras)
+    for t in tasks[1:]:
+        common = {k: v for k, v in common.items() if t.extras.get(k) == v}
+    fixed_names = {c.name for c in cols} | {"images"}
+    extra_cols = {k: column_name(k) for k in sorted_natural(common)
+                  if column_name(k) not in fixed_names}
+    for key, col in extra_cols.items():
+        cols.append(ColumnSpec(col, common[key][0], common[key][1]))
     if images:
         h, w = tasks[0].image_hw  # type: ignore[misc]
         cols.append(ColumnSpec("images", np.dtype(np.uint8), (2, 3, h, w),
@@ -301,12 +358,28 @@ def import_libero(
             "image_origin": tasks[0].attrs["image_convention"] if flip == "none" else "top-left",
             "image_flip": flip,
         })
+    attrs["columns_from"] = ",".join([
+        "state=states", "joint_states=obs/joint_states", "gripper_states=obs/gripper_states",
+        "qpos=obs/joint_states+obs/gripper_states", "action=actions", "reward=rewards",
+        "done=dones", *[f"{c}={k}" for k, c in extra_cols.items()],
+        *(["images=" + "+".join(f"obs/{c}" for c in CAMERAS)] if images else []),
+    ])
+    all_skipped: list[str] = []
     for i, t in enumerate(tasks):
+        assert t.account is not None
+        for key in extra_cols:
+            t.account.use(f"data/demo_0/{key}")
+        skipped = t.account.skipped()
+        if skipped:
+            attrs[f"task.{i}.skipped"] = ",".join(skipped)
+            all_skipped += [k for k in skipped if k not in all_skipped]
         for k, v in t.attrs.items():
             attrs[f"task.{i}.{k}"] = v.replace("\n", " ")
         attrs[f"task.{i}.name"] = t.name
         attrs[f"task.{i}.state_dim"] = t.state_dim
         attrs[f"task.{i}.demos"] = ",".join(t.demos)
+    if all_skipped:
+        attrs["skipped"] = ",".join(sorted_natural(all_skipped))
     jobs = [(i, t, d) for i, t in enumerate(tasks) for d in t.demos]
     with open_writer(out, cols, env_id=suite, attrs=attrs, overwrite=overwrite) as w:
         handles: dict[int, h5py.File] = {}
@@ -315,9 +388,11 @@ def import_libero(
                 if i not in handles:
                     for f in handles.values():
                         f.close()
-                    handles = {i: open_h5_read(t.path)}
-                g = handles[i]["data"][demo]
-                w.append_rows(_demo_rows(g, i, n_tasks, width, images, flip))
+                    handles = {i: open_source(t.path)}
+                with source_errors(t.path):
+                    g = handles[i]["data"][demo]
+                    rows = _demo_rows(g, i, n_tasks, width, images, flip, extra_cols)
+                w.append_rows(rows)
                 w.end_episode()
         finally:
             for f in handles.values():

@@ -20,15 +20,18 @@ import numpy as np
 
 from numbatraj.data.column import ColumnSpec
 from numbatraj.importers._common import (
+    SourceAccount,
     SourceFormatError,
     attr_text,
     column_name,
+    open_source,
     open_writer,
     progress,
+    scalar_attrs,
     sorted_natural,
     source_attrs,
+    source_errors,
 )
-from numbatraj.io.hdf5 import open_h5_read
 
 __all__ = ["IMPORTER_VERSION", "SourceFormatError", "import_minari"]
 
@@ -141,6 +144,7 @@ def _leaves(g: h5py.Group, ep: str, file: str, spaces: dict[str, Any]) -> list[_
 
 
 def _episode_rows(g: h5py.Group, ep: str, file: str, leaves: list[_Leaf]) -> dict[str, np.ndarray]:
+    """One episode's columns (an info recorded ``n + 1`` times loses its reset row 0)."""
     n = g["actions"].shape[0] if isinstance(g["actions"], h5py.Dataset) else None
     rows: dict[str, np.ndarray] = {}
     for leaf in leaves:
@@ -174,6 +178,22 @@ def _episode_rows(g: h5py.Group, ep: str, file: str, leaves: list[_Leaf]) -> dic
         else:
             rows[leaf.spec.name] = a
     return rows
+
+
+def _steps(g: h5py.Group) -> int | None:
+    """The episode's step count: the rows of ``actions`` (of its first leaf for a Dict)."""
+    obj = g.get("actions")
+    while isinstance(obj, h5py.Group):
+        keys = sorted_natural(obj)
+        obj = obj[keys[0]] if keys else None
+    return int(obj.shape[0]) if isinstance(obj, h5py.Dataset) and obj.ndim else None
+
+
+def _info_has_reset_row(g: h5py.Group, path: str) -> bool:
+    ds = g.get(path)
+    n = _steps(g)
+    return isinstance(ds, h5py.Dataset) and n is not None and ds.ndim > 0 and \
+        ds.shape[0] == n + 1
 
 
 def import_minari(
@@ -214,8 +234,12 @@ def import_minari(
     h5path, meta_path = _find(os.fspath(path))
     meta: dict[str, Any] = {}
     if meta_path is not None:
-        with open(meta_path) as fh:
+        with source_errors(meta_path), open(meta_path) as fh:
             meta = json.load(fh)
+        if not isinstance(meta, dict):
+            raise SourceFormatError(
+                f"{meta_path}: expected a JSON object, got {type(meta).__name__}"
+            )
         if meta.get("data_format", "hdf5") != "hdf5":
             raise SourceFormatError(
                 f"{meta_path}: data_format is {meta.get('data_format')!r}; only 'hdf5' is supported"
@@ -231,7 +255,7 @@ def import_minari(
     dataset_dir = os.path.dirname(os.path.dirname(os.path.abspath(h5path)))
     if out is None:
         out = os.path.basename(dataset_dir) + ".h5"
-    with open_h5_read(h5path) as f:
+    with source_errors(h5path), open_source(h5path) as f:
         episodes = sorted_natural(k for k in f if k.startswith("episode_"))
         if not episodes:
             raise SourceFormatError(f"{h5path}: no episode_<id> groups")
@@ -245,34 +269,69 @@ def import_minari(
         attrs = source_attrs("minari", dataset_dir, IMPORTER_VERSION)
         attrs.update({
             "obs_alignment": "obs[t] before action[t], next_obs[t] after it (n+1 observations)",
-            "info_alignment": "info[t] is the info returned by step t (the reset info is dropped)",
+            "info_alignment": "info[t] is the info returned by step t (the reset info, row 0 "
+                              "of n + 1, is left out: listed in skipped as <info>[reset row])",
             "done_source": "terminations",
             "truncated_source": "truncations",
             "jpeg_decoded": ",".join(lf.path for lf in leaves if lf.jpeg) or "none",
             "episodes": ",".join(episodes) if len(episodes) <= 64 else f"{episodes[0]}..",
         })
-        for key in _META_KEYS:
-            if key in meta:
-                v = meta[key]
-                attrs[f"source.{key}"] = (v if isinstance(v, str) else json.dumps(v)).replace(
-                    "\n", " ")
+        for key in [*[k for k in _META_KEYS if k in meta], *[k for k in meta if k not in
+                                                             _META_KEYS]]:
+            v = meta[key]  # every key of metadata.json (author, description, ... too)
+            attrs[f"source.{key}"] = (v if isinstance(v, str) else json.dumps(v)).replace(
+                "\n", " ")
+        account = SourceAccount(f, r"episode_\d+")
+        kept: list[str] = []
+        attrs.update(scalar_attrs(f.attrs, "source.attrs.", recorded=kept))
+        account.use("", *kept)
+        for lf in leaves:
+            account.use(f"episode_0/{lf.path}")
+        attrs["columns_from"] = ",".join(
+            f"{name}={lf.path}" for lf in leaves
+            for name in ((lf.spec.name, "next_" + lf.spec.name) if lf.kind == "obs"
+                         else (lf.spec.name,))
+        )
+        if all(attr_text(f[e].attrs["id"]) == e[len("episode_"):] for e in episodes
+               if "id" in f[e].attrs):
+            account.use("episode_0", "id")  # the groups' own numbers (else listed)
+        for e in episodes:
+            ea = f[e].attrs
+            if "total_steps" in ea:
+                n_steps = _steps(f[e])
+                if n_steps is not None and attr_text(ea["total_steps"]) != str(n_steps):
+                    raise SourceFormatError(
+                        f"{h5path}: {e} has attribute total_steps = "
+                        f"{attr_text(ea['total_steps'])} but {n_steps} actions"
+                    )
+                account.use("episode_0", "total_steps")
         seeds = [attr_text(f[e].attrs["seed"]) for e in episodes if "seed" in f[e].attrs]
         if len(seeds) == len(episodes):
             attrs["episode_seeds"] = ",".join(seeds)
+            account.use("episode_0", "seed")
         if meta.get("total_episodes") not in (None, len(episodes)):
             raise SourceFormatError(
                 f"{meta_path}: total_episodes = {meta['total_episodes']} but {h5path} holds "
                 f"{len(episodes)} episode groups"
             )
         env_id = str(meta.get("dataset_id") or os.path.basename(dataset_dir))
+        for ep in episodes:  # before writing: the skipped list is part of the manifest
+            extra = {lf.path for lf in _leaves(f[ep], ep, h5path, spaces)} - names
+            if extra:
+                raise SourceFormatError(
+                    f"{h5path}: {ep} holds {sorted(extra)} which the first episode lacks"
+                )
+        skipped = account.skipped()
+        reset = sorted_natural(
+            lf.path for lf in leaves
+            if lf.kind == "info" and any(_info_has_reset_row(f[e], lf.path) for e in episodes)
+        )
+        # the reset info (row 0 of an info recorded n + 1 times) has no step to go with
+        skipped += [f"{p}[reset row]" for p in reset]
+        if skipped:
+            attrs["skipped"] = ",".join(skipped)
         with open_writer(out, specs, env_id=env_id, attrs=attrs, overwrite=overwrite) as w:
             for ep in progress(episodes, "minari", show_progress):
-                g = f[ep]
-                extra = {lf.path for lf in _leaves(g, ep, h5path, spaces)} - names
-                if extra:
-                    raise SourceFormatError(
-                        f"{h5path}: {ep} holds {sorted(extra)} which the first episode lacks"
-                    )
-                w.append_rows(_episode_rows(g, ep, h5path, leaves))
+                w.append_rows(_episode_rows(f[ep], ep, h5path, leaves))
                 w.end_episode()
     return os.fspath(out)

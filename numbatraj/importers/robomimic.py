@@ -16,18 +16,20 @@ import numpy as np
 
 from numbatraj.data.column import ColumnSpec
 from numbatraj.importers._common import (
+    SourceAccount,
     SourceFormatError,
     attr_text,
     column_name,
     default_out,
     h5_dataset,
+    open_source,
     open_writer,
     progress,
     scalar_attrs,
     sorted_natural,
     source_attrs,
+    source_errors,
 )
-from numbatraj.io.hdf5 import open_h5_read
 
 __all__ = ["IMPORTER_VERSION", "SourceFormatError", "import_robomimic", "robomimic_filter_keys"]
 
@@ -121,7 +123,7 @@ def import_robomimic(
     path = os.fspath(path)
     if out is None:
         out = default_out(path, f".{filter_key}.h5" if filter_key else ".h5")
-    with open_h5_read(path) as f:
+    with source_errors(path), open_source(path) as f:
         data = f.get("data")
         if not isinstance(data, h5py.Group):
             raise SourceFormatError(f"{path}: no 'data' group; not a robomimic file")
@@ -143,7 +145,7 @@ def import_robomimic(
                 )
             demos = sorted_natural(set(masks[filter_key]))
         first = f"{path}: data/{demos[0]}"
-        sources, skipped = _schema(data[demos[0]], first, images)
+        sources, _ = _schema(data[demos[0]], first, images)  # left out: in the account
         specs = []
         for key, col in sources.items():
             ds = data[demos[0]][key]
@@ -157,7 +159,16 @@ def import_robomimic(
             comp = image_compression if _is_image(ds) else None
             specs.append(ColumnSpec(col, dt, ds.shape[1:], compression=comp))
         attrs: dict[str, Any] = source_attrs("robomimic", path, IMPORTER_VERSION)
-        attrs.update(scalar_attrs(data.attrs, "source.data."))
+        account = SourceAccount(f, r"data/demo_\d+")
+        kept: list[str] = []
+        attrs.update(scalar_attrs(data.attrs, "source.data.", recorded=kept))
+        account.use("data", *kept)
+        account.use("data/demo_0", "num_samples")  # checked against every demo's length
+        for key in sources:
+            account.use(f"data/demo_0/{key}")
+        for key, names in masks.items():
+            attrs[f"source.mask.{key}"] = ",".join(names)
+            account.use(f"mask/{key}")
         env_args = data.attrs.get("env_args")
         env_name = ""
         if env_args is not None:
@@ -173,8 +184,9 @@ def import_robomimic(
             "columns_from": ",".join(f"{c}={k}" for k, c in sources.items()),
             "images": "uint8 (H, W, C) as recorded" if images else "left out",
         })
-        if skipped:
-            attrs["skipped"] = ",".join(skipped)
+        # left out: image keys with images=False, datasets of other groups or of some demos
+        # only, the demos' other attributes (model_file, ep_meta), large data attributes
+        account.record(attrs)
         with open_writer(out, specs, env_id=env_name or None, attrs=attrs,
                          overwrite=overwrite) as w:
             for demo in progress(demos, "robomimic", show_progress):

@@ -122,6 +122,26 @@ def _read_info(root: str) -> dict[str, Any]:
     for key in ("fps", "features", "data_path", "total_episodes", "total_frames"):
         if key not in info:
             raise LeRobotFormatError(f"{path!r} has no {key!r} entry")
+    if not isinstance(info["features"], dict):
+        raise LeRobotFormatError(
+            f"{path!r}: 'features' is {type(info['features']).__name__}, expected an object"
+        )
+    templates = {"data_path": lambda t: S.data_file(t, 0, 0),
+                 "video_path": lambda t: S.video_file(t, "camera", 0, 0)}
+    for key, fill in templates.items():
+        tpl = info.get(key)
+        if key == "video_path" and tpl is None:
+            continue  # no video cameras (checked against the features later)
+        try:
+            if not isinstance(tpl, str) or not tpl:
+                raise TypeError("not a non-empty string")
+            fill(tpl)
+        except (KeyError, IndexError, ValueError, TypeError, AttributeError) as exc:
+            usual = S.DEFAULT_DATA_PATH if key == "data_path" else S.DEFAULT_VIDEO_PATH
+            raise LeRobotFormatError(
+                f"{path!r}: {key} {tpl!r} is not a path template ({type(exc).__name__}: "
+                f"{exc}); LeRobot's is {usual!r}"
+            ) from None
     return info
 
 

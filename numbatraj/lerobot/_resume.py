@@ -80,6 +80,8 @@ class _ResumeState:
     action_names: tuple[str, ...] = ()
     encoder: str = ""
     crf: int | None = None
+    #: extra features as the directory declares them, ``(name, dtype, shape)`` in order
+    extras: tuple[tuple[str, str, tuple[int, ...]], ...] = ()
     data_mb: float = 100  # the file-size limit the positions above were decided with
 
     removed: tuple[str, ...] = ()
@@ -105,6 +107,7 @@ class _ResumeState:
         action_names: Sequence[str],
         codec: str | None,
         crf: int | None,
+        features: Sequence[tuple[str, str, tuple[int, ...]]] = (),
     ) -> None:
         """Raise :class:`ResumeError` naming the first setting of the session that differs
         from the directory's (the codec and CRF only when given)."""
@@ -122,13 +125,46 @@ class _ResumeState:
             self._compare("video codecs", resolve_codec(codec), self.encoder)
         if crf is not None:
             self._compare("CRF settings", int(crf), self.crf)
+        mine = {n: (d, list(s)) for n, d, s in features}
+        theirs = {n: (d, list(s)) for n, d, s in self.extras}
+        if mine != theirs:
+            diff = sorted(
+                n for n in set(mine) | set(theirs) if mine.get(n) != theirs.get(n)
+            )
+            raise self.refuse(
+                f"extra features differ ({diff}): this session has "
+                f"{ {n: mine[n] for n in diff if n in mine} } (features=), the directory "
+                f"{ {n: theirs[n] for n in diff if n in theirs} }"
+            )
 
 
-def remove_leftovers(root: str) -> list[str]:
+def _directory_extras(
+    info: Mapping[str, Any], cameras: Sequence[str], where: str
+) -> tuple[tuple[str, str, tuple[int, ...]], ...]:
+    """The extra features ``info.json`` declares (not state, action, a camera or the
+    bookkeeping), in its order."""
+    reserved = {S.ACTION_KEY, S.STATE_KEY, *S.FRAME_COLUMNS, *cameras}
+    out = []
+    for name, ft in info.get("features", {}).items():
+        if name in reserved:
+            continue
+        if not isinstance(ft, dict) or not isinstance(ft.get("shape"), list):
+            raise _refuse(where, f"feature {name!r} of {S.INFO_PATH} is {ft!r}")
+        out.append((str(name), str(ft.get("dtype")), tuple(int(d) for d in ft["shape"])))
+    return tuple(out)
+
+
+#: The folders a writer creates inside its directory (everything it writes is under them).
+WRITER_DIRS = ("meta", "data", "videos")
+
+
+def remove_leftovers(root: str, *, writer_dirs_only: bool = False) -> list[str]:
     """Delete ``*.part`` and temporary (:func:`~numbatraj.io.atomic.is_temp_name`) files under
-    ``root``; returns what was removed."""
+    ``root`` (only under :data:`WRITER_DIRS` with ``writer_dirs_only``: a directory that holds
+    no dataset yet may hold files of its own); returns what was removed."""
     gone = []
-    for dirpath, _dirs, files in os.walk(root):
+    tops = [os.path.join(root, d) for d in WRITER_DIRS] if writer_dirs_only else [root]
+    for dirpath, _dirs, files in (w for top in tops for w in os.walk(top)):
         for name in files:
             if name.endswith(PART_SUFFIX) or is_temp_name(name):
                 path = os.path.join(dirpath, name)
@@ -150,8 +186,11 @@ def _read_sidecar(root: str) -> dict[str, Any]:
             f"checkpoint=True; its episodes may share video files and its per-episode "
             f"statistics are unknown",
         )
-    with open(path, encoding="utf-8") as fh:
-        doc = json.load(fh)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise _refuse(root, f"{SIDECAR_PATH} is not valid JSON ({exc})") from None
     version = doc.get("version") if isinstance(doc, dict) else None
     if version != SIDECAR_VERSION:
         raise _refuse(root, f"{SIDECAR_PATH} has version {version!r}, expected 1")
@@ -162,6 +201,15 @@ def _read_sidecar(root: str) -> dict[str, Any]:
             "checkpointed directory can be continued",
         )
     return doc
+
+
+def _sidecar_stats(root: str, entries: Sequence[Any]) -> tuple[dict[str, FeatureStats], ...]:
+    try:
+        return tuple(stats_from_json(e["stats"]) for e in entries)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise _refuse(
+            root, f"{SIDECAR_PATH} holds malformed per-episode statistics ({exc!r})"
+        ) from None
 
 
 def _episode_rows(root: str) -> list[dict[str, Any]]:
@@ -202,12 +250,14 @@ def read_resume_state(
     if not os.path.isfile(os.path.join(root, S.INFO_PATH)):
         raise _refuse(root, f"{S.INFO_PATH} does not exist; there is no dataset to continue")
     side = _read_sidecar(root)
-    removed = remove_leftovers(root)
+    removed = remove_leftovers(root, writer_dirs_only=True)
     plan = load_plan(root)
     info = plan.info
     rows = _episode_rows(root)
     n = len(plan.episodes)
     side_stats = side.get("episodes", [])
+    if not isinstance(side_stats, list):
+        raise _refuse(root, f"{SIDECAR_PATH} 'episodes' is {side_stats!r}, expected a list")
     if len(side_stats) < n:
         raise _refuse(
             root,
@@ -220,6 +270,7 @@ def read_resume_state(
     data_key: Key = (0, 0)
     data_tables: tuple[pa.Table, ...] = ()
     video_keys: dict[str, Key] = {}
+    extras = _directory_extras(info, plan.cameras, root)
     if rows:
         last = rows[-1]
         meta_key = _key(last, S.EP_META_CHUNK, S.EP_META_FILE)
@@ -235,7 +286,7 @@ def read_resume_state(
         if os.path.getsize(data_path) >= limit * _MB:
             data_key = next_key(data_key)
         else:
-            names = data_schema(plan.state_dim, plan.action_dim).names
+            names = data_schema(plan.state_dim, plan.action_dim, extras).names
             data_tables = (read_parquet(data_path, names),)
         for key in plan.cameras:
             video_keys[key] = next_key(
@@ -245,7 +296,7 @@ def read_resume_state(
         root=root,
         tasks=tuple(plan.tasks[i] for i in sorted(plan.tasks)),
         rows=tuple(rows),
-        stats=tuple(stats_from_json(s["stats"]) for s in side_stats[:n]),
+        stats=_sidecar_stats(root, side_stats[:n]),
         frames=sum(ep.length for ep in plan.episodes),
         meta_key=meta_key,
         meta_first=meta_first,
@@ -259,6 +310,7 @@ def read_resume_state(
         action_names=plan.action_names,
         encoder=str(side.get("encoder")),
         crf=(side.get("options") or {}).get("crf"),
+        extras=extras,
         data_mb=limit,
         removed=tuple(removed),
         completed=tuple(completed),

@@ -124,15 +124,21 @@ def episode_stats(
     episode_index: int,
     start: int,
     task_index: int,
+    extras: Mapping[str, np.ndarray] | None = None,
 ) -> dict[str, FeatureStats]:
     """Every feature's statistics for one episode, in ``meta/info.json``'s feature order:
-    ``action``, ``observation.state``, the cameras, then the bookkeeping columns."""
+    ``action``, ``observation.state``, the cameras, the extra features (``(n, *shape)``
+    rows; statistics of the feature's shape), then the bookkeeping columns."""
     n = state.shape[0]
     frame = np.arange(n)
     stats: dict[str, FeatureStats] = {"action": vector_stats(action)}
     stats["observation.state"] = vector_stats(state)
     for key, img in images.items():
         stats[key] = img.result()
+    for key, rows in (extras or {}).items():
+        shape = rows.shape[1:] or (1,)
+        fs = vector_stats(rows.reshape(n, -1))
+        stats[key] = {k: v if k == "count" else v.reshape(shape) for k, v in fs.items()}
     stats["timestamp"] = vector_stats((frame / fps).astype(np.float32))
     stats["frame_index"] = vector_stats(frame)
     stats["episode_index"] = vector_stats(np.full(n, episode_index))

@@ -45,6 +45,7 @@ __all__ = [
     "encoder_options",
     "episode_data_table",
     "episodes_table",
+    "extra_arrow_type",
     "json_bytes",
     "json_fill",
     "parquet_fill",
@@ -129,12 +130,25 @@ def video_feature_info(
     return info
 
 
-def data_schema(state_dim: int, action_dim: int) -> pa.Schema:
-    """Arrow schema of a data file (``action`` first, as LeRobot's recorder declares it)."""
+def extra_arrow_type(dtype: str, shape: Sequence[int]) -> pa.DataType:
+    """Arrow type of an extra feature's column: a plain scalar for shape ``(1,)`` (as
+    LeRobot writes ``next.reward``), else a fixed-size list of the flattened row."""
+    scalar = pa.from_numpy_dtype(np.dtype(dtype))
+    size = int(np.prod(shape, dtype=np.int64))
+    return scalar if tuple(shape) == (1,) else pa.list_(scalar, size)
+
+
+def data_schema(
+    state_dim: int, action_dim: int, extras: Sequence[tuple[str, str, tuple[int, ...]]] = ()
+) -> pa.Schema:
+    """Arrow schema of a data file (``action`` first, as LeRobot's recorder declares it,
+    then ``observation.state``, the extra features in declaration order, the bookkeeping)."""
     fields = [
         pa.field(S.ACTION_KEY, pa.list_(pa.float32(), int(action_dim))),
         pa.field(S.STATE_KEY, pa.list_(pa.float32(), int(state_dim))),
     ]
+    for name, dtype, shape in extras:
+        fields.append(pa.field(name, extra_arrow_type(dtype, shape)))
     for name, dtype in S.FRAME_COLUMNS.items():
         fields.append(pa.field(name, pa.from_numpy_dtype(np.dtype(dtype))))
     return pa.schema(fields)
@@ -154,11 +168,22 @@ def episode_data_table(
     episode_index: int,
     start: int,
     task_index: int,
+    extras: Mapping[str, np.ndarray] | None = None,
 ) -> pa.Table:
-    """One episode's rows: ``state`` ``(n, ds)``, ``action`` ``(n, da)`` float32."""
+    """One episode's rows: ``state`` ``(n, ds)``, ``action`` ``(n, da)`` float32, and each
+    extra feature's ``(n, *shape)`` rows (in its declared dtype) under its name."""
     n = state.shape[0]
     frame = np.arange(n, dtype=np.int64)
-    cols = {
+    cols: dict[str, pa.Array] = {}
+    for f in schema:
+        if extras is not None and f.name in extras:
+            rows = np.ascontiguousarray(extras[f.name]).reshape(n, -1)
+            if pa.types.is_fixed_size_list(f.type):
+                flat = pa.array(rows.reshape(-1), type=f.type.value_type)
+                cols[f.name] = pa.FixedSizeListArray.from_arrays(flat, f.type.list_size)
+            else:
+                cols[f.name] = pa.array(rows.reshape(-1), type=f.type)
+    cols.update({
         S.ACTION_KEY: _fixed(action),
         S.STATE_KEY: _fixed(state),
         "timestamp": pa.array((frame / fps).astype(np.float32)),
@@ -166,7 +191,7 @@ def episode_data_table(
         "episode_index": pa.array(np.full(n, episode_index, np.int64)),
         "index": pa.array(np.arange(start, start + n, dtype=np.int64)),
         "task_index": pa.array(np.full(n, task_index, np.int64)),
-    }
+    })
     return pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
 
 

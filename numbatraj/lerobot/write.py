@@ -36,12 +36,12 @@ import numpy as np
 
 import numbatraj.lerobot.schema as S
 from numbatraj.errors import DatasetExistsError, EpisodeError, ResumeError, SchemaError
-from numbatraj.io.atomic import FileBatch
+from numbatraj.io.atomic import FileBatch, PublishLock, publish_lock
 from numbatraj.io.video_encode import resolve_codec
 from numbatraj.lerobot._files import CameraFiles, DataFiles, next_key
 from numbatraj.lerobot._guard import refuse_existing_dataset, reject_episode
-from numbatraj.lerobot._resume import _ResumeState, read_resume_state
-from numbatraj.lerobot._settings import WriterSettings
+from numbatraj.lerobot._resume import _ResumeState, read_resume_state, remove_leftovers
+from numbatraj.lerobot._settings import WriterSettings, extra_features
 from numbatraj.lerobot._stats import (
     ImageStats,
     aggregate_stats,
@@ -111,6 +111,24 @@ class LeRobotWriter:
         Recorded in ``meta/info.json``.
     crf : int, optional
         Constant rate factor (default :data:`DEFAULT_CRF`).
+    features : mapping, optional
+        Extra per-frame features, ``name -> (dtype, shape)`` (or ``name -> {"dtype": ...,
+        "shape": ...}`` as in ``meta/info.json``), e.g. ``{"next.reward": ("float32", (1,)),
+        "next.done": ("bool", (1,)), "observation.environment_state": ("float32", (4,))}``.
+        dtypes: bool, (u)int8-64, float16/32/64; shape ``()`` or ``(1,)`` is a scalar.
+        Each is written as a data column of that name, declared in ``info.json`` and given
+        statistics; :meth:`add_frame` then takes every one of them in ``extra=``.  Names of
+        features the writer fills itself (``action``, ``observation.state``, the cameras,
+        ``timestamp``, ``frame_index``, ``episode_index``, ``index``, ``task_index``) are
+        refused.
+
+    One writer owns a directory: it holds :func:`~numbatraj.io.atomic.publish_lock` of
+    ``root`` (the lock file ``<root>.lock`` beside it) until :meth:`close`, so a second
+    writer or resume of the same directory fails at once (:class:`~numbatraj.errors.
+    LockedError` naming the holder).  Holding it, a new writer and :meth:`resume` delete what
+    a killed run left in the directory (``*.part`` files and temporaries under ``meta/``,
+    ``data/`` and ``videos/``,
+    :func:`~numbatraj.io.atomic.is_temp_name`); they are listed in :attr:`resumed_removed`.
     """
 
     def __init__(
@@ -129,16 +147,24 @@ class LeRobotWriter:
         data_mb: float = 100,
         robot_type: str | None = None,
         crf: int | None = None,
+        features: Mapping[str, Any] | None = None,
     ) -> None:
         settings = WriterSettings(
             root=os.fspath(root), fps=fps, state_names=tuple(state_names),
             action_names=tuple(action_names), cameras=tuple(cameras), height=height,
             width=width, checkpoint=checkpoint, codec=codec, video_mb=video_mb,
-            data_mb=data_mb, robot_type=robot_type, crf=crf,
+            data_mb=data_mb, robot_type=robot_type, crf=crf, features=features or {},
         )
-        refuse_existing_dataset(settings.root)
-        os.makedirs(os.path.join(settings.root, "meta"), exist_ok=True)
-        self._start(settings, _ResumeState(settings.root))
+        lock = _writer_lock(settings.root)
+        try:
+            refuse_existing_dataset(settings.root)
+            removed = remove_leftovers(settings.root, writer_dirs_only=True)
+            os.makedirs(os.path.join(settings.root, "meta"), exist_ok=True)
+            self._start(settings, _ResumeState(settings.root, removed=tuple(removed)))
+        except BaseException:
+            lock.release()
+            raise
+        self._lock: PublishLock | None = lock
 
     @classmethod
     def _from_state(cls, settings: WriterSettings, state: _ResumeState) -> LeRobotWriter:
@@ -163,7 +189,11 @@ class LeRobotWriter:
         self.options = codec_options(self.encoder, settings.crf)
         self.video_mb, self.data_mb = settings.video_mb, settings.data_mb
         self.robot_type = settings.robot_type
-        self._schema = data_schema(len(self.state_names), len(self.action_names))
+        #: The extra features, ``(name, dtype, shape)`` in declaration order.
+        self.extra_features: tuple[tuple[str, str, tuple[int, ...]], ...] = settings.features
+        self._schema = data_schema(
+            len(self.state_names), len(self.action_names), self.extra_features
+        )
         self.tasks: list[str] = list(state.tasks)
         self._rows: list[dict[str, Any]] = list(state.rows)  # episode table rows
         self._stats: list[dict[str, dict[str, np.ndarray]]] = list(state.stats)  # per episode
@@ -184,6 +214,7 @@ class LeRobotWriter:
         ]
         self._episode: dict[str, Any] | None = None
         self._closed = False
+        self._lock = None  # set by __init__ / resume once it is held
         #: Leftovers of a crash that :meth:`resume` deleted, and the renames of an
         #: interrupted checkpoint it completed (both empty for a new directory).
         self.resumed_removed: list[str] = list(state.removed)
@@ -223,6 +254,7 @@ class LeRobotWriter:
             "state": [],
             "action": [],
             "images": [ImageStats() for _ in self.cameras],
+            "extra": {name: [] for name, _, _ in self.extra_features},
         }
         return self.n_episodes
 
@@ -235,11 +267,58 @@ class LeRobotWriter:
             )
         return arr
 
+    def _extra_values(self, extra: Mapping[str, Any] | None, frame: int) -> dict[str, np.ndarray]:
+        """``extra`` checked against :attr:`extra_features`: every one present, nothing else,
+        each of its dtype's kind (an int for a float feature is fine, a float for an int
+        feature or a string for anything is not) and shape."""
+        given = {} if extra is None else extra
+        if not isinstance(given, Mapping):
+            raise SchemaError(
+                f"episode {self.n_episodes}, frame {frame}: extra must be a mapping "
+                f"feature -> value, got {type(given).__name__}"
+            )
+        names = [n for n, _, _ in self.extra_features]
+        if set(given) != set(names):
+            missing = sorted(set(names) - set(given))
+            unknown = sorted(set(given) - set(names))
+            raise SchemaError(
+                f"episode {self.n_episodes}, frame {frame}: extra features missing "
+                f"{missing}, unknown {unknown} (the writer declares {names})"
+            )
+        out: dict[str, np.ndarray] = {}
+        for name, dtype, shape in self.extra_features:
+            value = given[name]
+            try:
+                arr = np.asarray(value)
+            except (TypeError, ValueError) as exc:
+                raise SchemaError(
+                    f"episode {self.n_episodes}, frame {frame}: extra feature {name!r} is "
+                    f"not an array ({exc})"
+                ) from None
+            want = np.dtype(dtype)
+            if arr.dtype.kind not in "biuf" or not np.can_cast(arr.dtype, want, "same_kind"):
+                raise SchemaError(
+                    f"episode {self.n_episodes}, frame {frame}: extra feature {name!r} has "
+                    f"dtype {arr.dtype}, which does not convert to its declared {dtype}"
+                )
+            if arr.shape != shape and not (shape == (1,) and arr.shape == ()):
+                raise SchemaError(
+                    f"episode {self.n_episodes}, frame {frame}: extra feature {name!r} has "
+                    f"shape {arr.shape}, expected {shape}"
+                )
+            out[name] = arr.astype(want).reshape(shape)
+        return out
+
     def add_frame(
-        self, state: Any, action: Any, frames: Mapping[str, np.ndarray]
+        self,
+        state: Any,
+        action: Any,
+        frames: Mapping[str, np.ndarray],
+        extra: Mapping[str, Any] | None = None,
     ) -> None:
-        """Append one frame: ``state`` ``(ds,)``, ``action`` ``(da,)`` (float32-convertible)
-        and ``frames``: camera name -> ``(height, width, 3)`` uint8 rgb.
+        """Append one frame: ``state`` ``(ds,)``, ``action`` ``(da,)`` (float32-convertible),
+        ``frames``: camera name -> ``(height, width, 3)`` uint8 rgb, and ``extra``: every
+        extra feature (``features=``) -> its value (``shape``; a scalar for shape ``(1,)``).
 
         Everything is checked before anything is encoded, so a refused frame leaves the
         episode as it was.
@@ -250,13 +329,14 @@ class LeRobotWriter:
             raise EpisodeError("add_frame() outside an episode: call begin_episode(task) first")
         s = self._vector(state, self.state_names, "state")
         a = self._vector(action, self.action_names, "action")
+        extras = self._extra_values(extra, ep["n"])
         if set(frames) != set(self.cameras):
             missing = sorted(set(self.cameras) - set(frames))
-            extra = sorted(set(frames) - set(self.cameras))
+            unknown = sorted(set(frames) - set(self.cameras))
             raise SchemaError(
                 f"episode {self.n_episodes}, frame {ep['n']}: frames has cameras "
                 f"{sorted(frames)}, expected {sorted(self.cameras)} (missing {missing}, "
-                f"unknown {extra})"
+                f"unknown {unknown})"
             )
         imgs = []
         for cam in self.cameras:
@@ -278,6 +358,8 @@ class LeRobotWriter:
             stats.add(img)
         ep["state"].append(s)
         ep["action"].append(a)
+        for name, value in extras.items():
+            ep["extra"][name].append(value)
         ep["n"] += 1
 
     def discard_episode(self) -> None:
@@ -310,13 +392,17 @@ class LeRobotWriter:
         action = np.stack(ep["action"])
         n, start = state.shape[0], self.total_frames
         task_index = self._task_index(ep["task"])
+        extras = {
+            name: np.stack(ep["extra"][name]).astype(dtype, copy=False)
+            for name, dtype, _ in self.extra_features
+        }
         table = episode_data_table(
             self._schema, state, action, fps=self.fps, episode_index=index, start=start,
-            task_index=task_index,
+            task_index=task_index, extras=extras,
         )
         stats = episode_stats(
             state, action, dict(zip(self.camera_keys, ep["images"])), fps=self.fps,
-            episode_index=index, start=start, task_index=task_index,
+            episode_index=index, start=start, task_index=task_index, extras=extras,
         )
         batch = FileBatch() if self.checkpoint else None
         try:
@@ -368,6 +454,8 @@ class LeRobotWriter:
                     self.height, self.width, codec=codec, fps=self.fps, options=self.options
                 ),
             }
+        for name, dtype, shape in self.extra_features:
+            feats[name] = {"dtype": dtype, "shape": list(shape), "names": None}
         feats.update(S.frame_features())
         return feats
 
@@ -448,10 +536,14 @@ class LeRobotWriter:
             self.discard_episode()
         for cam in self._videos:
             cam.close()
-        self._data.close()
-        if not self.checkpoint:
-            self._write_metadata(FileBatch())
-        self._closed = True
+        try:
+            self._data.close()
+            if not self.checkpoint:
+                self._write_metadata(FileBatch())
+        finally:
+            self._closed = True
+            if self._lock is not None:
+                self._lock.release()
 
     def __enter__(self) -> Self:
         return self
@@ -486,6 +578,7 @@ class LeRobotWriter:
         data_mb: float | None = None,
         robot_type: str | None = None,
         crf: int | None = None,
+        features: Mapping[str, Any] | None = None,
     ) -> LeRobotWriter:
         """Reopen a directory written with ``checkpoint=True`` and carry on after its last
         episode.
@@ -501,24 +594,43 @@ class LeRobotWriter:
         ------
         ResumeError
             A directory written without checkpoints, or a setting that differs (named, with
-            the session's and the directory's values).
+            the session's and the directory's values), the extra features (``features``,
+            default none) included: name, dtype and shape must equal the directory's.
+        LockedError
+            Another writer holds the directory.
         """
-        state = read_resume_state(root, data_mb=data_mb)
-        state.check_session(
-            fps=fps, cameras=cameras, height=height, width=width, state_names=state_names,
-            action_names=action_names, codec=codec, crf=crf,
-        )
-        info = state.info
-        settings = WriterSettings(
-            root=state.root, fps=fps, state_names=tuple(state_names),
-            action_names=tuple(action_names), cameras=tuple(cameras), height=height,
-            width=width, checkpoint=True, codec=state.encoder,
-            video_mb=video_mb if video_mb is not None else info.get("video_files_size_in_mb", 100),
-            data_mb=state.data_mb,
-            robot_type=robot_type if robot_type is not None else info.get("robot_type"),
-            crf=state.crf,
-        )
-        return cls._from_state(settings, state)
+        lock = _writer_lock(os.path.abspath(os.fspath(root)))
+        try:
+            state = read_resume_state(root, data_mb=data_mb)
+            state.check_session(
+                fps=fps, cameras=cameras, height=height, width=width, state_names=state_names,
+                action_names=action_names, codec=codec, crf=crf,
+                features=extra_features(features, tuple(camera_key(c) for c in cameras)),
+            )
+            info = state.info
+            settings = WriterSettings(
+                root=state.root, fps=fps, state_names=tuple(state_names),
+                action_names=tuple(action_names), cameras=tuple(cameras), height=height,
+                width=width, checkpoint=True, codec=state.encoder,
+                video_mb=(
+                    video_mb if video_mb is not None
+                    else info.get("video_files_size_in_mb", 100)
+                ),
+                data_mb=state.data_mb,
+                robot_type=robot_type if robot_type is not None else info.get("robot_type"),
+                crf=state.crf, features=state.extras,
+            )
+            writer = cls._from_state(settings, state)
+        except BaseException:
+            lock.release()
+            raise
+        writer._lock = lock
+        return writer
+
+
+def _writer_lock(root: str) -> PublishLock:
+    """The lock a writer holds on its directory for its lifetime (fails at once if held)."""
+    return publish_lock(os.path.abspath(root), wait=False, what="LeRobotWriter").acquire()
 
 
 def _number(x: float) -> int | float:

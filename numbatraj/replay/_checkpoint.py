@@ -246,7 +246,17 @@ def open_checkpoint(path: str, kind: str) -> Iterator[tuple[h5py.File, dict[str,
                 f"{path!r} is a {got} checkpoint; load it with that class (host and "
                 f"device streams differ)"
             )
-        yield f, cfg, state
+        try:
+            yield f, cfg, state
+        except NumbatrajError:
+            raise
+        except (KeyError, ValueError, TypeError, IndexError, AttributeError) as exc:
+            # config/state entries of the wrong type or missing, met while the replay is
+            # rebuilt from them: the file is bad, not the caller
+            raise IntegrityError(
+                f"checkpoint {path!r}: config/state do not describe a replay "
+                f"({type(exc).__name__}: {exc})"
+            ) from exc
 
 
 def columns_from_config(path: str, cfg: dict[str, Any],

@@ -296,7 +296,8 @@ class ReplayFront(abc.ABC):
                     f"{what}: the next_of targets have {m} rows, the columns {n}; every column "
                     f"needs the same number of rows"
                 )
-            nx = {t: np.asarray(v).reshape(n, *nx_cols.specs[t].shape) for t, v in nx.items()}
+            nx = {t: (v.copy_to_host() if hasattr(v, "copy_to_host") else np.asarray(v)  # device
+                      ).reshape(n, *nx_cols.specs[t].shape) for t, v in nx.items()}
         return arrays, nx, n
 
     @staticmethod

@@ -94,3 +94,109 @@ PTX_SIGNATURES: list[tuple[Any, str]] = [
      f"void(int64[::1], int64[::1], int64, boolean, {_FLAGS}, int64, int64, int64, "
      f"boolean[::1], int64[:, ::1], boolean[:, ::1], boolean[:, ::1])"),
 ]
+
+
+# --------------------------------------------------------------------------- frame stacks,
+# next_of, prioritized windows (the bodies at the end of ``_stream_kernels.py``)
+class _Dev2:
+    """Device compiles of the frame-stack, prioritized-window and window-priority bodies."""
+
+    stack_row = _j(device_twin(_sk.stack_row_py, neighbour=_Dev.neighbour))
+    per_sequence_start = _j(device_twin(_sk.per_sequence_start_py, per_lane=_ring.per_lane,
+                                        window_start=_ring.window_start))
+    pw_block = _j(_sk._pw_block_py)
+    pw_sum = _j(device_twin(_sk._pw_flat_py, pw_block=pw_block))
+    for _k in range(_sk._PW_LEVELS):  # the host's chain of split levels, compiled alike
+        pw_sum = _j(device_twin(_sk._pw_split_py, pw_block=pw_block, pw_inner=pw_sum))
+    window_priority = _j(device_twin(_sk.window_priority_py, pw_sum=pw_sum))
+
+
+_stack_row = _Dev2.stack_row
+_per_sequence_start = _Dev2.per_sequence_start
+_window_priority = _Dev2.window_priority
+_philox_uniform = _ring.philox_uniform
+_BETA = _lanes.BETA
+
+
+@cuda.jit
+def _stack_rows_cuda(istate, rows, depth, shift, done, trunc, ring_base, ring_cap, n_envs,  # type: ignore[no-untyped-def]
+                     out):
+    """Lane ``i``: the frame-stack rows of ``rows[i]`` into ``out[i]`` (``(B, depth)``),
+    the next stack when ``shift`` (``_stream_kernels.stack_rows_twin_cpu``)."""
+    i = cuda.grid(1)  # type: ignore[call-arg,var-annotated]
+    if i < rows.shape[0]:
+        size = istate[_SIZE]
+        start = _window_start(istate[_CURSOR], size, ring_cap)
+        _stack_row(i, rows[i], depth, shift, done, trunc, ring_base, istate[_N_DEMO], ring_cap,
+                   n_envs, start, size, out)
+
+
+@cuda.jit
+def _side_fill_cuda(slot, pool, rows, depth, out):  # type: ignore[no-untyped-def]
+    """next_of side table: where physical row ``rows[i]`` has an entry (``slot >= 0``),
+    ``out[i * depth + depth - 1, :] = pool[slot, :]`` (``out`` ``(B * depth, e)``: the
+    newest frame of lane ``i``'s next stack, or its one row when ``depth`` is 1).  One
+    thread per element, launched after the gather it overrides."""
+    k = cuda.grid(1)  # type: ignore[call-arg,var-annotated]
+    e = out.shape[1]
+    if k < rows.shape[0] * e:
+        i = k // e
+        s = slot[rows[i]]
+        if s >= 0:
+            out[i * depth + depth - 1, k - i * e] = pool[s, k - i * e]
+
+
+@cuda.jit
+def _scatter_rows_cuda(dst, idx, src):  # type: ignore[no-untyped-def]
+    """``dst[idx[i], j] = src[i, j]`` (distinct ``idx``), one thread per element: the next_of
+    side table's slots and values mirrored from the host."""
+    k = cuda.grid(1)  # type: ignore[call-arg,var-annotated]
+    w = src.shape[1]
+    if k < src.shape[0] * w:
+        i = k // w
+        j = k - i * w
+        dst[idx[i], j] = src[i, j]
+
+
+@cuda.jit
+def _per_sequence_starts_cuda(istate, fstate, sums, mins, p, gen, k0, k1, t_len, within,  # type: ignore[no-untyped-def]
+                              ring_base, ring_cap, n_envs, out, weights, stamps):
+    """Lane ``i``: prioritized window start, weight and stamp of draw ``istate[DRAW]``
+    (``_stream_kernels.per_sequence_starts_cpu``; ``_next_draw_cuda`` advances the draw)."""
+    i = cuda.grid(1)  # type: ignore[call-arg,var-annotated]
+    b = out.shape[0]
+    if i < b:
+        u = _philox_uniform(np.uint64(istate[_DRAW]), np.uint64(i), k0, k1)
+        leaf, w = _per_sequence_start(i, b, u, sums, mins, p, fstate[_BETA], t_len, within,
+                                      istate[_N_DEMO], istate[_SIZE], n_envs, ring_base,
+                                      ring_cap, istate[_CURSOR])
+        out[i] = leaf
+        weights[i] = w
+        stamps[i] = gen[leaf]
+
+
+@cuda.jit
+def _window_priorities_cuda(td, rows, eta, out, starts):  # type: ignore[no-untyped-def]
+    """Lane ``i``: window ``i``'s R2D2 priority (``_stream_kernels.window_priorities_cpu``)
+    and its start row ``rows[i, 0]``."""
+    i = cuda.grid(1)  # type: ignore[call-arg,var-annotated]
+    if i < td.shape[0]:
+        out[i] = _window_priority(td, i, eta)
+        starts[i] = rows[i, 0]
+
+
+PTX_SIGNATURES += [
+    (_stack_rows_cuda,
+     f"void(int64[::1], int64[::1], int64, boolean, {_FLAGS}, int64, int64, int64, "
+     f"int64[:, ::1])"),
+    *[(_side_fill_cuda, f"void(int32[:], {t}[:, ::1], int64[::1], int64, {t}[:, ::1])")
+      for t in ("float32", "float64", "uint8", "int64")],
+    *[(_scatter_rows_cuda, f"void({t}[:, ::1], int64[::1], {t}[:, ::1])")
+      for t in ("int32", "float32", "float64", "uint8")],
+    (_per_sequence_starts_cuda,
+     "void(int64[::1], float64[::1], float64[::1], float64[::1], int64, int64[::1], uint64, "
+     "uint64, int64, boolean, int64, int64, int64, int64[::1], float32[::1], int64[::1])"),
+    *[(_window_priorities_cuda,
+       f"void({t}[:, ::1], int64[:, ::1], float64, float64[::1], int64[::1])")
+      for t in ("float32", "float64")],
+]

@@ -23,10 +23,11 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from numbatraj._jit import njit_kernel
+from numbatraj._jit import device_twin, njit_kernel
+from numbatraj.replay._lanes import BETA, CURSOR, DRAW, N_DEMO, SIZE, per_lane, window_start
 from numbatraj.replay._quantize_kernels import dequantize
 from numbatraj.replay._ring_kernels import physical_row
-from numbatraj.samplers.kernels import philox_index
+from numbatraj.samplers.kernels import philox_index, philox_uniform
 
 __all__ = [
     "neighbour",
@@ -40,6 +41,12 @@ __all__ = [
     "sequence_start_py",
     "sequence_starts_cpu",
     "logical_to_physical_cpu",
+    "stack_row_py",
+    "stack_rows_twin_cpu",
+    "per_sequence_start_py",
+    "per_sequence_starts_cpu",
+    "window_priority_py",
+    "window_priorities_cpu",
 ]
 
 
@@ -411,3 +418,193 @@ def window_rows_cpu(starts, t_len, within, done, trunc, ring_base, n_demo, ring_
     for i in range(starts.shape[0]):
         window_row(i, starts[i], t_len, within, done, trunc, ring_base, n_demo, ring_cap,
                    n_envs, start, size, cut_first, rows, is_first, is_pad)
+
+
+# --------------------------------------------------------------------------- device bodies
+# Per-lane bodies of what the host replay does with whole-batch kernels or numpy
+# (frame stacks, prioritized window starts, R2D2 window priorities), compiled for the
+# device in ``_stream_cuda`` and for the host here (the host twins the tests run).
+
+
+def stack_row_py(i, q, depth, shift, done, trunc, ring_base, n_demo, ring_cap, n_envs,  # type: ignore[no-untyped-def]
+                 start, size, out):
+    """Frame-stack rows of lane ``i`` (physical row ``q``) into ``out[i]`` (``(depth,)``,
+    oldest first): :func:`stack_rows_cpu`'s rows when ``shift`` is False; when True the
+    matching next stack: that stack moved one step on (its oldest entry dropped) and, last,
+    the next row of the stream, or ``q`` itself where there is none (the next_of side table
+    then supplies that frame)."""
+    if shift:
+        nq = neighbour(q, 1, ring_base, n_demo, ring_cap, n_envs, start, size)
+        out[i, depth - 1] = q if nq < 0 else nq
+        top = depth - 2
+    else:
+        top = depth - 1
+    if top >= 0:
+        out[i, top] = q
+        for k in range(top - 1, -1, -1):
+            p = neighbour(q, -1, ring_base, n_demo, ring_cap, n_envs, start, size)
+            if p >= 0 and not (done[p] or trunc[p]):
+                q = p
+            out[i, k] = q
+
+
+stack_row = njit_kernel(stack_row_py)
+
+
+@njit_kernel
+def stack_rows_twin_cpu(rows, depth, shift, done, trunc, ring_base, n_demo, ring_cap,  # type: ignore[no-untyped-def]
+                        n_envs, start, size, out):
+    """Host twin of ``_stream_cuda._stack_rows_cuda``: :func:`stack_row_py` per lane."""
+    for i in range(rows.shape[0]):
+        stack_row(i, rows[i], depth, shift, done, trunc, ring_base, n_demo, ring_cap, n_envs,
+                  start, size, out)
+
+
+def per_sequence_start_py(i, b, u, sums, mins, p, beta, t_len, within, n_demo, size,  # type: ignore[no-untyped-def]
+                          n_envs, ring_base, ring_cap, cursor):
+    """(start row, IS weight) of prioritized window ``i`` of ``b`` for uniform ``u``.
+
+    ``within``: any held row, the whole tree (``StoreReplay``: ``sample_into``); spanning:
+    the ``size - (t_len - 1) n_envs`` oldest ring rows, where ``t_len`` steps of the stream
+    are held (``StoreReplay``: ``sample_ranges_into`` over those slots; demos excluded).
+    The caller has checked that the spanning range is not empty.
+    """
+    if within:
+        return per_lane(i, b, -1, u, sums, mins, p, beta, n_demo, ring_base, ring_cap, cursor,
+                        size)
+    c = size - (t_len - 1) * n_envs
+    end = window_start(cursor, size, ring_cap) + c  # one past the range, as a cursor
+    if end >= ring_cap:
+        end -= ring_cap
+    return per_lane(i, b, 0, u, sums, mins, p, beta, n_demo, ring_base, ring_cap, end, c)
+
+
+per_sequence_start = njit_kernel(per_sequence_start_py)
+
+
+@njit_kernel
+def per_sequence_starts_cpu(istate, fstate, sums, mins, p, gen, k0, k1, t_len, within,  # type: ignore[no-untyped-def]
+                            ring_base, ring_cap, n_envs, out, weights, stamps):
+    """Host twin of ``_stream_cuda._per_sequence_starts_cuda``: every window's start row,
+    weight and stamp of draw ``istate[DRAW]``; advances the draw."""
+    b = out.shape[0]
+    d = np.uint64(istate[DRAW])
+    for i in range(b):
+        u = philox_uniform(d, np.uint64(i), k0, k1)
+        leaf, w = per_sequence_start(i, b, u, sums, mins, p, fstate[BETA], t_len, within,
+                                     istate[N_DEMO], istate[SIZE], n_envs, ring_base, ring_cap,
+                                     istate[CURSOR])
+        out[i] = leaf
+        weights[i] = w
+        stamps[i] = gen[leaf]
+    istate[DRAW] += 1
+
+
+_PW_BLOCK = 128  # numpy's PW_BLOCKSIZE
+_NEG_INF = -np.inf
+
+
+def _pw_block_py(a, i, lo, n):  # type: ignore[no-untyped-def]
+    """numpy's pairwise-sum leaf over ``|a[i, lo:lo + n]|`` as float64 (``n <= 128``):
+    eight accumulators, combined as a tree, then the rest in order."""
+    if n < 8:
+        res = 0.0
+        for k in range(n):
+            res += abs(np.float64(a[i, lo + k]))
+        return res
+    r0 = abs(np.float64(a[i, lo]))
+    r1 = abs(np.float64(a[i, lo + 1]))
+    r2 = abs(np.float64(a[i, lo + 2]))
+    r3 = abs(np.float64(a[i, lo + 3]))
+    r4 = abs(np.float64(a[i, lo + 4]))
+    r5 = abs(np.float64(a[i, lo + 5]))
+    r6 = abs(np.float64(a[i, lo + 6]))
+    r7 = abs(np.float64(a[i, lo + 7]))
+    k = 8
+    while k < n - n % 8:
+        r0 += abs(np.float64(a[i, lo + k]))
+        r1 += abs(np.float64(a[i, lo + k + 1]))
+        r2 += abs(np.float64(a[i, lo + k + 2]))
+        r3 += abs(np.float64(a[i, lo + k + 3]))
+        r4 += abs(np.float64(a[i, lo + k + 4]))
+        r5 += abs(np.float64(a[i, lo + k + 5]))
+        r6 += abs(np.float64(a[i, lo + k + 6]))
+        r7 += abs(np.float64(a[i, lo + k + 7]))
+        k += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while k < n:
+        res += abs(np.float64(a[i, lo + k]))
+        k += 1
+    return res
+
+
+def _pw_flat_py(a, i, lo, n):  # type: ignore[no-untyped-def]
+    """Below the deepest split level (``n`` beyond ~10^5 steps): blocks in order."""
+    res = 0.0
+    k = 0
+    while k < n:
+        m = n - k
+        if m > _PW_BLOCK:
+            m = _PW_BLOCK
+        res += pw_block(a, i, lo + k, m)
+        k += m
+    return res
+
+
+def _pw_split_py(a, i, lo, n):  # type: ignore[no-untyped-def]
+    """One level of numpy's pairwise split: halves rounded down to a multiple of 8."""
+    if n <= _PW_BLOCK:
+        return pw_block(a, i, lo, n)
+    n2 = n // 2
+    n2 -= n2 % 8
+    return pw_inner(a, i, lo, n2) + pw_inner(a, i, lo + n2, n - n2)
+
+
+pw_block = njit_kernel(_pw_block_py)
+#: the split levels as host kernels, each calling the one below (no recursion, which a
+#: CUDA device function cannot do); ``_stream_cuda`` compiles the same chain for the device
+_PW_LEVELS = 10
+
+
+def _pw_level(k, inner):  # type: ignore[no-untyped-def]
+    """Split level ``k`` over ``inner`` (a copy of the body with its own name: the kernel
+    cache keys on the name, and every level runs other code under the same one)."""
+    f = device_twin(_pw_split_py, pw_block=pw_block, pw_inner=inner)
+    f.__qualname__ = f.__name__ = f"_pw_split_{k}_py"
+    return f
+
+
+#: the bottom of the chain (what ``_pw_split_py`` calls as it stands: one split level)
+pw_inner = njit_kernel(device_twin(_pw_flat_py, pw_block=pw_block))
+pw_sum = pw_inner
+for _k in range(_PW_LEVELS):
+    pw_sum = njit_kernel(_pw_level(_k, pw_sum))
+
+
+def window_priority_py(td, i, eta):  # type: ignore[no-untyped-def]
+    """R2D2 priority of window ``i``: ``eta * max|td[i]| + (1 - eta) * mean|td[i]|`` in
+    float64, the sum in numpy's pairwise order (``np.abs(td).mean(axis=1)``), so it equals
+    ``StoreReplay.update_priorities`` bit for bit for windows up to ~10^5 steps."""
+    t = td.shape[1]
+    mx = 0.0
+    for k in range(t):
+        v = abs(np.float64(td[i, k]))
+        if v > mx:
+            mx = v
+    m = pw_sum(td, i, 0, t) / t
+    if m != m:
+        return m  # a NaN in td (the host refuses it): passed on
+    # max(x, -inf) is x here; on the device it keeps NVVM (which contracts by default, also
+    # without fastmath) from fusing a product and the sum into one fma, rounded once where
+    # numpy rounds twice
+    return max(eta * mx, _NEG_INF) + max((1.0 - eta) * m, _NEG_INF)
+
+
+window_priority = njit_kernel(window_priority_py)
+
+
+@njit_kernel
+def window_priorities_cpu(td, eta, out):  # type: ignore[no-untyped-def]
+    """Host twin of ``_stream_cuda._window_priorities_cuda``."""
+    for i in range(td.shape[0]):
+        out[i] = window_priority(td, i, eta)

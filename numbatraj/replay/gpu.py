@@ -21,20 +21,82 @@ from typing import Any
 
 import numpy as np
 
-from numbatraj._checks import check_real
+from numbatraj._checks import as_host_values, check_real
 from numbatraj._cuda import get_cuda, is_device_array
 from numbatraj.data.column import ColumnSpec
 from numbatraj.data.index_batch import IndexBatch
 from numbatraj.errors import IntegrityError, SamplerError, SchemaError
 from numbatraj.replay import _checkpoint as ck
 from numbatraj.replay import _lanes
+from numbatraj.replay import _stream_kernels as _sk
+from numbatraj.replay import _streams as _st
 from numbatraj.replay._front import ReplayFront
 from numbatraj.replay.buffer import StoreReplay
 from numbatraj.samplers import SumTree
+from numbatraj.samplers.sumtree import check_values
 
 __all__ = ["StoreReplayGpu"]
 
 _U32 = 0xFFFFFFFF
+
+
+class _DeviceSide(_st.SideTable):
+    """The next_of side table with a device mirror of its slots and values.
+
+    The host table stays the record (the add templates, the checkpoint and ``to_host`` use
+    it); every row it touches is noted, and :meth:`flush` (after each add) copies those rows'
+    slots, and the values of the rows that hold an entry, to the device, where the sampling
+    kernels read them (``_stream_cuda._side_fill_cuda``).  ``d_slot``: int32 or int64
+    ``(capacity, 1)``; ``d_pool[target]``: ``(pool rows, elements per row)``.  The device
+    pool is replaced when the host pool grows (doubling), so a CUDA graph captured before
+    such an add must be captured again.
+    """
+
+    def __init__(self, capacity: int, specs: Mapping[str, tuple[np.dtype, tuple[int, ...]]],
+                 cuda: Any, scatter: Any, blocks: Any, tpb: int) -> None:
+        super().__init__(capacity, specs)
+        self._cuda, self._scatter, self._blocks, self._tpb = cuda, scatter, blocks, tpb
+        self.d_slot = cuda.to_device(self.slot.reshape(capacity, 1))
+        self.d_pool: dict[str, Any] = {}
+        self._touched: list[np.ndarray] = []
+        self._upload_pool()
+
+    def _upload_pool(self) -> None:
+        self.d_pool = {t: self._cuda.to_device(np.ascontiguousarray(p.reshape(p.shape[0], -1)))
+                       for t, p in self.pool.items()}
+
+    def release(self, rows: np.ndarray) -> None:
+        super().release(rows)
+        self._touched.append(np.asarray(rows, dtype=np.int64).reshape(-1))
+
+    def keep(self, rows: np.ndarray, values: Mapping[str, np.ndarray]) -> None:
+        super().keep(rows, values)
+        self._touched.append(np.asarray(rows, dtype=np.int64).reshape(-1))
+
+    def flush(self) -> None:
+        """Mirror every row touched since the last flush (a few launches, no sync)."""
+        if not self._touched:
+            return
+        rows = np.unique(np.concatenate(self._touched))
+        self._touched = []
+        if not rows.size:
+            return
+        cuda, g, tpb = self._cuda, self._blocks, self._tpb
+        slots = self.slot[rows]
+        grown = any(self.d_pool[t].shape[0] != p.shape[0] for t, p in self.pool.items())
+        if grown:
+            self._upload_pool()
+        else:
+            kept = slots >= 0
+            if kept.any():
+                s = slots[kept].astype(np.int64)
+                d_s = cuda.to_device(s)
+                for t, p in self.pool.items():
+                    vals = np.ascontiguousarray(p[s].reshape(s.shape[0], -1))
+                    self._scatter[g(vals.size), tpb](self.d_pool[t], d_s, cuda.to_device(vals))
+        d_rows = cuda.to_device(rows)
+        self._scatter[g(rows.shape[0]), tpb](self.d_slot, d_rows,
+                                             cuda.to_device(slots.reshape(-1, 1)))
 
 
 class StoreReplayGpu(ReplayFront):
@@ -53,9 +115,9 @@ class StoreReplayGpu(ReplayFront):
     """
 
     _KIND = "StoreReplayGpu"
-    #: streams, n-step targets and uniform sequences run on the device; next_of, frame
-    #: stacks and prioritized sequences are refused with an error naming them
-    _OPTIONS = frozenset({"n_envs", "n_step", "sequences"})
+    #: every stream option of StoreReplay runs on the device
+    _OPTIONS = frozenset({"n_envs", "next_of", "frame_stack", "n_step", "sequences",
+                          "prioritized_sequences"})
 
     def __init__(
         self,
@@ -97,6 +159,8 @@ class StoreReplayGpu(ReplayFront):
         self._bufs: dict[int, tuple[Any, ...]] = {}
         self._last: dict[int, Any] = {}  # batch size -> n-step last rows (device int64)
         self._false: Any = None  # (capacity,) device False, for an absent done / truncated
+        #: per-batch device int64 scratch of the stream gathers: (what, rows, depth) -> array
+        self._scratch: dict[tuple[str, int, int], Any] = {}
         if self._prioritized:
             p = 1
             while p < cap:
@@ -141,6 +205,24 @@ class StoreReplayGpu(ReplayFront):
 
     def _ring_changed(self) -> None:
         self._sync_state()
+        if self._side is not None:
+            self._side.flush()  # type: ignore[attr-defined]
+
+    def _side_table(self) -> _st.SideTable:
+        if self._side is None:
+            specs = self._cols.specs
+            rc = self._rc
+            nx = self._streams.next_of
+            self._side = _DeviceSide(
+                self._capacity, {t: (specs[src].dtype, specs[src].shape) for t, src in nx.items()},
+                self._cuda, self._stc._scatter_rows_cuda, rc.blocks, rc.THREADS_PER_BLOCK)
+        return self._side
+
+    def _restore_streams(self, path: str, state: Mapping[str, Any],
+                         side: Mapping[str, Any] | None) -> None:
+        super()._restore_streams(path, state, side)
+        if self._side is not None:
+            self._side.flush()  # type: ignore[attr-defined]
 
     def _put(self, arrays: dict[str, Any], n: int, base: int, cap: int, cur: int) -> None:
         rc = self._rc
@@ -279,16 +361,23 @@ class StoreReplayGpu(ReplayFront):
             for n, s in self._cols.specs.items()
         }
 
-    def update_priorities(self, batch: IndexBatch, priorities: Any, *, sync: bool = True) -> int | None:  # noqa: E501
+    def update_priorities(self, batch: IndexBatch, priorities: Any, *, sync: bool = True,
+                          eta: float = 0.9) -> int | None:
         """Feed priorities back on the device; stale rows are skipped.
 
         ``batch``: the :class:`IndexBatch` from :meth:`sample` (device indices and stamps) or
         host row numbers (no stamp check).  ``priorities``: host or device, finite, >= 0.
-        Returns how many were skipped (since the last synced call) when ``sync`` (one device
-        read and write), else None.
+        For a window batch of :meth:`sample_sequences` ``priorities`` is the ``(B, T)`` TD
+        error (host, or a float32/float64 device array) and each window's start gets
+        ``eta * max|td| + (1 - eta) * mean|td|`` (R2D2, as :class:`StoreReplay`, bit for
+        bit).  Returns how many were skipped (since the last synced call) when ``sync`` (one
+        device read and write), else None.  Device values are not checked (a NaN goes in).
         """
         self._need_prioritized()
         cuda, rc, sc = self._cuda, self._rc, self._sc
+        if isinstance(batch, IndexBatch) and len(batch.indices.shape) == 2:
+            rows, priorities = self._window_priorities(batch, priorities, eta)
+            batch = IndexBatch(rows, weights=batch.weights, stamps=batch.stamps)
         if isinstance(batch, IndexBatch):
             rows, stamps = batch.indices, batch.stamps
         else:
@@ -331,6 +420,46 @@ class StoreReplayGpu(ReplayFront):
         self._istate[_lanes.SKIPPED : _lanes.SKIPPED + 1].copy_to_device(np.zeros(1, np.int64))
         return skipped
 
+    def _window_priorities(self, batch: IndexBatch, td: Any, eta: float) -> tuple[Any, Any]:
+        """Window starts (device, contiguous) and their R2D2 priorities (float64 ``(B,)``,
+        device): ``_window_priorities_cuda`` over device ``td``; the host twin
+        (``window_priorities_cpu``, the same body) and the host checks over host ``td``."""
+        eta = check_real("eta", eta, 0.0, False)
+        if eta > 1:
+            raise SamplerError(f"eta must be in [0, 1], got {eta!r}")
+        cuda, rc = self._cuda, self._rc
+        rows = batch.indices
+        shape = tuple(rows.shape)
+        b = shape[0]
+        if not is_device_array(td) and hasattr(td, "__cuda_array_interface__"):
+            td = cuda.as_cuda_array(td)  # a torch CUDA tensor, CuPy...: a zero-copy view
+        d_rows = rows if is_device_array(rows) else cuda.to_device(
+            np.ascontiguousarray(rows, dtype=np.int64))
+        starts = cuda.device_array(b, np.int64)
+        if is_device_array(td):
+            dt = np.dtype(td.dtype)
+            if tuple(td.shape) != shape or dt not in (np.float32, np.float64):
+                raise SamplerError(
+                    f"update_priorities: a window batch of shape {shape} needs td of shape "
+                    f"{shape} (one TD error per step), got {dt} {tuple(td.shape)}; nothing was "
+                    f"updated (device td: float32 or float64)"
+                )
+            pr = cuda.device_array(b, np.float64)
+            self._stc._window_priorities_cuda[rc.blocks(b), rc.THREADS_PER_BLOCK](
+                td, d_rows, eta, pr, starts)
+            return starts, pr
+        a = np.asarray(as_host_values(td))
+        if a.shape != shape or a.dtype.kind not in "fiu":
+            raise SamplerError(
+                f"update_priorities: a window batch of shape {shape} needs td of shape "
+                f"{shape} (one TD error per step), got {a.dtype} {a.shape}; nothing was updated"
+            )
+        p = np.empty(b, np.float64)
+        _sk.window_priorities_cpu(np.ascontiguousarray(a), eta, p)
+        p = check_values("priorities", p, b)
+        h_rows = rows.copy_to_host() if is_device_array(rows) else np.asarray(rows)
+        return cuda.to_device(np.ascontiguousarray(h_rows[:, 0], dtype=np.int64)), p
+
     # ------------------------------------------------------------------ streams
     def _flag_column(self, name: str) -> Any:
         """Device bool ``(capacity,)`` view of ``done`` / ``truncated`` (all False if absent)."""
@@ -371,38 +500,109 @@ class StoreReplayGpu(ReplayFront):
         return {n: self._cuda.device_array((b, *shp), dt)
                 for n, (dt, shp) in self._out_specs(ns).items()}
 
+    def _rows_scratch(self, what: str, b: int, depth: int) -> Any:
+        """Device int64 ``(b, depth)`` scratch, one per use and batch size (graph-safe)."""
+        key = (what, b, depth)
+        a = self._scratch.get(key)
+        if a is None:
+            a = self._scratch[key] = self._cuda.device_array((b, depth), np.int64)
+        return a
+
+    def _stack_rows(self, rows: Any, b: int, depth: int, shift: bool, what: str) -> Any:
+        """Frame-stack rows ``(b, depth)`` of ``rows`` (the next stack when ``shift``)."""
+        rc = self._rc
+        st = self._rows_scratch(what, b, depth)
+        self._stc._stack_rows_cuda[rc.blocks(b), rc.THREADS_PER_BLOCK](
+            self._istate, rows, depth, shift, self._flag_column("done"),
+            self._flag_column("truncated"), self._d, self._r, self._streams.n_envs, st)
+        return st
+
+    def _gather_cols(self, rows: Any, outputs: Mapping[str, Any], names: Iterable[str],
+                     b: int, what: str) -> None:
+        """Declared columns ``names`` at device ``rows`` (b,), frame stacks built."""
+        fs = self._streams.frame_stack
+        names = list(names)
+        flat = {n: outputs[n] for n in names if n not in fs}
+        if flat:
+            self._gather(rows, flat, b)
+        for n in names:
+            depth = fs.get(n)
+            if depth is None:
+                continue
+            st = self._stack_rows(rows, b, depth, False, f"{what}:{n}")
+            out = outputs[n]
+            self._gather(st.reshape(b * depth), {n: out.reshape(b * depth, *out.shape[2:])},
+                         b * depth)
+
+    def _gather_next(self, target: str, rows: Any, out: Any, b: int, stacked: bool) -> None:
+        """``next_of`` target at device ``rows`` (b,) into ``out`` (``(b, [depth,] *shape)``):
+        the source's next row of the same stream (the next stack when the source is stacked
+        and ``stacked``), then the side table's entries over it."""
+        src = self._streams.next_of[target]
+        depth = self._streams.frame_stack.get(src) if stacked else None
+        rc, tpb = self._rc, self._rc.THREADS_PER_BLOCK
+        d = 1 if depth is None else depth
+        st = self._stack_rows(rows, b, d, True, f"next:{target}")  # depth 1: the next row
+        flat = out.reshape(b * d, *out.shape[(1 if depth is None else 2):])
+        self._gather(st.reshape(b * d), {src: flat}, b * d)
+        e = self._cols.row_elems(src)
+        side = self._side_table()
+        if e:
+            self._stc._side_fill_cuda[rc.blocks(b * e), tpb](
+                side.d_slot[:, 0], side.d_pool[target], rows, d,  # type: ignore[attr-defined]
+                flat.reshape(b * d, e))
+
     def _gather_ext(self, idx: Any, outputs: Mapping[str, Any], b: int,
                     ns: tuple[int, float] | None) -> None:
-        """Columns at the drawn rows; with n-step the targets (``_nstep_cuda``, geometry
-        from the device state) and every ``next_<x>`` column at row ``t + m - 1``.
-        Launches only, into a per-batch-size buffer: CUDA-graph-safe like the plain draw."""
+        """Columns at the drawn rows (frame stacks built, ``_stack_rows_cuda``); with
+        n-step the targets (``_nstep_cuda``, geometry from the device state) and every
+        ``next_<x>`` column at row ``t + m - 1``; ``next_of`` targets from the next row of
+        the stream or the side table.  Launches only, into per-batch-size buffers:
+        CUDA-graph-safe like the plain draw."""
         names = self._cols.names
         at_last = [n for n in names if ns is not None and n.startswith("next_")
                    and n[5:] in self._cols.specs]
-        self._gather(idx, {n: outputs[n] for n in names if n not in at_last}, b)
-        if ns is None:
-            return
-        last = self._last.get(b)
-        if last is None:
-            last = self._last[b] = self._cuda.device_array(b, np.int64)
-        rc = self._rc
-        self._stc._nstep_cuda[rc.blocks(b), rc.THREADS_PER_BLOCK](
-            self._istate, idx, ns[0], ns[1], self._data["reward"][:, 0],
-            self._flag_column("done"), self._flag_column("truncated"), self._d, self._r,
-            self._streams.n_envs, outputs["return"], outputs["discount"], last)
-        if at_last:
-            self._gather(last, {n: outputs[n] for n in at_last}, b)
+        self._gather_cols(idx, outputs, [n for n in names if n not in at_last], b, "t")
+        last = idx
+        if ns is not None:
+            last = self._last.get(b)
+            if last is None:
+                last = self._last[b] = self._cuda.device_array(b, np.int64)
+            rc = self._rc
+            self._stc._nstep_cuda[rc.blocks(b), rc.THREADS_PER_BLOCK](
+                self._istate, idx, ns[0], ns[1], self._data["reward"][:, 0],
+                self._flag_column("done"), self._flag_column("truncated"), self._d, self._r,
+                self._streams.n_envs, outputs["return"], outputs["discount"], last)
+            if at_last:
+                self._gather_cols(last, outputs, at_last, b, "last")
+        for t in self._streams.next_of:
+            self._gather_next(t, last, outputs[t], b, True)
 
     def _sample_sequences(self, b: int, t: int,
                           within: bool) -> tuple[dict[str, Any], IndexBatch]:
-        """Uniform windows: starts from the Philox stream (``sequence_start_py``), then
-        each lane's window (``window_row_py``), then one gather of every column."""
+        """Windows: uniform starts from the Philox stream (``sequence_start_py``) or
+        prioritized ones from the sum-tree (``per_sequence_start_py``), then each lane's
+        window (``window_row_py``), then one gather of every column and the next_of
+        targets."""
         cuda, rc, stc = self._cuda, self._rc, self._stc
         e = self._streams.n_envs
         g, tpb = rc.blocks(b), rc.THREADS_PER_BLOCK
         starts = cuda.device_array(b, np.int64)
-        stc._sequence_starts_cuda[g, tpb](self._istate, self._k0, self._k1, t, within, self._d,
-                                          self._r, e, starts)
+        w = st = None
+        if self._prioritized:
+            if not within and self._size - (t - 1) * e <= 0:
+                raise SamplerError(
+                    f"sample_sequences: no online window of T={t} (prioritized spanning "
+                    f"windows are drawn from online rows only, {self._size // e} per env)"
+                )
+            w = cuda.device_array(b, np.float32)
+            st = cuda.device_array(b, np.int64)
+            stc._per_sequence_starts_cuda[g, tpb](
+                self._istate, self._fstate, self._sums, self._mins, self._p, self._gen,
+                self._k0, self._k1, t, within, self._d, self._r, e, starts, w, st)
+        else:
+            stc._sequence_starts_cuda[g, tpb](self._istate, self._k0, self._k1, t, within,
+                                              self._d, self._r, e, starts)
         rc._next_draw_cuda[1, 1](self._istate)
         rows = cuda.device_array((b, t), np.int64)
         first = cuda.device_array((b, t), np.bool_)
@@ -416,7 +616,13 @@ class StoreReplayGpu(ReplayFront):
         out: dict[str, Any] = {}
         for name, spec in self._cols.specs.items():
             out[name] = cuda.device_array((b, t, *spec.shape), self._cols.sample_dtype(name))
-        self._gather(rows.reshape(n), {k: v.reshape(n, *v.shape[2:]) for k, v in out.items()}, n)
+        flat = rows.reshape(n)
+        self._gather(flat, {k: v.reshape(n, *v.shape[2:]) for k, v in out.items()}, n)
+        for tgt, src in self._streams.next_of.items():
+            spec = self._cols.specs[src]
+            a = cuda.device_array((b, t, *spec.shape), spec.dtype)
+            self._gather_next(tgt, flat, a.reshape(n, *spec.shape), n, False)
+            out[tgt] = a
         out["is_first"] = first
         if within:
             for name in list(out):
@@ -424,7 +630,7 @@ class StoreReplayGpu(ReplayFront):
                     p = cuda.device_array((b, t), np.bool_)
                     p.copy_to_device(pad)
                     out[f"{name}_is_pad"] = p
-        return out, IndexBatch(rows, is_first=first)
+        return out, IndexBatch(rows, weights=w, stamps=st, is_first=first)
 
     # ------------------------------------------------------------------ checkpoints
     def _saved_rows(self) -> Iterator[tuple[str, np.ndarray, np.ndarray]]:
@@ -497,11 +703,16 @@ class StoreReplayGpu(ReplayFront):
 
     def to_host(self) -> StoreReplay:
         """A uniform :class:`StoreReplay` holding the same rows and ring state (synchronises)."""
+        st = self._streams
         host = StoreReplay(self._cols.specs.values(), self._capacity, seed=self._seed,
                            quantize={n: (q.low, q.high) for n, q in self._cols.quant.items()},
-                           demo_capacity=self._d, n_envs=self._streams.n_envs)
+                           demo_capacity=self._d, n_envs=st.n_envs, next_of=st.next_of or None,
+                           frame_stack=st.frame_stack or None)
         for name in self._cols.names:
             host._data[name][...] = self.storage(name)
         host._set_ring_state(self._ring_state())
         host._set_cut_first(self._cut_first)
+        if self._side is not None:
+            rows, values = self._side.state()
+            host._side_table().keep(rows, values)
         return host

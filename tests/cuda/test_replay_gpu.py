@@ -416,23 +416,18 @@ def test_device_state_dict_resumes_the_streams(prioritized):
         np.testing.assert_array_equal(a, b)
 
 
-def test_stream_options_the_device_lacks_are_refused_with_a_clear_error():
-    # next_of and frame stacks are host-only so far (streams, n-step and sequences run on
-    # the device: tests/cuda/test_replay_gpu_streams.py); the device replay says so before
-    # anything is allocated or drawn
+def test_stream_options_run_on_the_device_like_on_the_host():
+    # next_of, frame stacks and prioritized sequences are compared with StoreReplay bit for
+    # bit in tests/cuda/test_replay_gpu_next_of.py; here: they are accepted and draw
     from numbatraj.replay import StoreReplayGpu
 
-    for kw, what in [(dict(next_of={"nx": "obs"}), "next_of"),
-                     (dict(frame_stack={"obs": 2}), "frame_stack"),
-                     (dict(n_envs=2, frame_stack={"obs": 2}), "frame_stack")]:
-        with pytest.raises(SchemaError, match=rf"StoreReplayGpu does not support {what} yet"):
-            StoreReplayGpu(sac_columns(), 8, **kw)
-    rep = StoreReplayGpu(sac_columns(), 8, prioritized=True)
+    rep = StoreReplayGpu(sac_columns(), 8, prioritized=True, frame_stack={"obs": 2})
     rep.add(**rows(0, 5))
     state = rep.state_array.copy_to_host()
-    with pytest.raises(SamplerError, match="prioritized replay .* not supported yet"):
-        rep.sample_sequences(2, 3)
-    np.testing.assert_array_equal(rep.state_array.copy_to_host(), state)  # nothing drawn
-    host = rep.to_host()  # the host replay does it on the same rows
-    seq, _ = host.sample_sequences(2, 3)
-    assert seq["obs"].shape == (2, 3, 3)
+    seq, batch = rep.sample_sequences(2, 3)
+    assert seq["obs"].shape == (2, 3, 3) and batch.weights.shape == (2,)
+    assert rep.state_array.copy_to_host()[1:3].tolist() == state[1:3].tolist()
+    out, _ = rep.sample(4)
+    assert out["obs"].shape == (4, 2, 3)
+    host = rep.to_host()  # the host replay does the same on the same rows
+    assert host.frame_stack == {"obs": 2}

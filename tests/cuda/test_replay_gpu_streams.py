@@ -172,17 +172,9 @@ def test_sequence_windows_stay_inside_one_stream():
         assert all(b - a == E for a, b in zip(ks, ks[1:]))
 
 
-def test_unsupported_options_name_themselves():
-    from numbatraj.replay import StoreReplayGpu
-
-    for kw, what in [(dict(next_of={"nx": "obs"}), "next_of"),
-                     (dict(frame_stack={"obs": 2}), "frame_stack")]:
-        with pytest.raises(SchemaError, match=rf"StoreReplayGpu does not support {what} yet"):
-            StoreReplayGpu(_cols(), CAP, demo_capacity=4, **kw)
-    rep = StoreReplayGpu(_cols(), CAP, n_envs=E, demo_capacity=4, prioritized=True)
-    rep.add(**_steps(np.random.default_rng(0), 3))
-    with pytest.raises(SamplerError, match="prioritized replay .* not supported yet"):
-        rep.sample_sequences(2, 2)
+def test_a_window_longer_than_every_stream_is_refused():
+    # next_of, frame stacks and prioritized sequences run on the device too:
+    # tests/cuda/test_replay_gpu_next_of.py
     gpu = _pair()[0]  # 3 demo rows, an empty ring
     with pytest.raises(SamplerError, match="T=9 is longer than every stream"):
         gpu.sample_sequences(2, 9)

@@ -175,3 +175,17 @@ def test_example_script_runs(monkeypatch, capsys):
     runpy.run_path(str(script), run_name="__main__")
     out = capsys.readouterr().out
     assert ": ok (" in out and "columns:" in out
+
+
+def test_lafan_cut_inside_the_last_number_is_refused_but_a_missing_newline_is_not(tmp_path, rng):
+    from numbatraj.importers.lafan import read_g1_csv
+
+    p = tmp_path / "walk1_subject1.csv"
+    make_lafan_csv(p, rng, T=5)
+    raw = p.read_bytes()
+    p.write_bytes(raw[:-1])  # only the final newline gone: nothing lost
+    np.testing.assert_array_equal(read_g1_csv(p), np.loadtxt(tmp_path / "walk1_subject1.csv",
+                                                             delimiter=",", ndmin=2))
+    p.write_bytes(raw[:-3])  # two digits of the last number gone
+    with pytest.raises(SourceFormatError, match="looks truncated"):
+        read_g1_csv(p)

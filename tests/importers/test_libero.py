@@ -26,6 +26,10 @@ def expected_libero(suite_dir, *, images=True, cap=None, flip="none"):
     files = sorted(p for p in os.listdir(suite_dir) if p.endswith(".hdf5"))
     cols = {k: [] for k in ("state", "joint_states", "gripper_states", "qpos", "action",
                             "reward", "done", "task_index", "images")}
+    # the other per-step datasets every demo holds become columns of their own
+    extra = {"robot_states": "robot_states", "obs/ee_states": "obs.ee_states",
+             "obs/ee_pos": "obs.ee_pos", "obs/ee_ori": "obs.ee_ori"}
+    cols.update({c: [] for c in extra.values()})
     lengths, widths, langs = [], [], []
     for f in files:
         with h5py.File(os.path.join(suite_dir, f), "r") as h:
@@ -60,6 +64,8 @@ def expected_libero(suite_dir, *, images=True, cap=None, flip="none"):
                 cols["reward"] += [float(x) for x in d["rewards"][:]]
                 cols["done"] += [int(x) for x in d["dones"][:]]
                 cols["task_index"] += [ti] * len(js)
+                for key, col in extra.items():
+                    cols[col] += list(d[key][:])
     if not images:
         del cols["images"]
     return {k: np.array(v) for k, v in cols.items()}, lengths, langs

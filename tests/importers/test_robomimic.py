@@ -77,7 +77,8 @@ def test_robomimic_no_images_no_next_obs_cli(tmp_path, rng, monkeypatch):
     assert main(["import", "robomimic", str(src), "--no-images", "--filter-key", "train"]) == 0
     expected, lengths, _ = expected_robomimic(src, "train", images=False)
     m = check(tmp_path / "image_v15.train.h5", expected, lengths)
-    assert m["attr.skipped"] == "obs/agentview_image"
+    # the image key left out by --no-images, and the demos' model_file (MuJoCo XML)
+    assert m["attr.skipped"] == "@model_file,obs/agentview_image"
 
 
 @pytest.mark.parametrize("case,needle", [
