@@ -23,7 +23,7 @@ from numbatraj.replay import _ring_kernels as _rk
 from numbatraj.replay import _stream_kernels as _sk
 from numbatraj.replay._front import ReplayFront, block_outputs
 from numbatraj.replay._split import window_start_py
-from numbatraj.replay.columns import ReplayColumns
+from numbatraj.replay.columns import ReplayColumns, wide_storage
 from numbatraj.samplers import PrioritizedSampler, UniformSampler
 
 __all__ = ["StoreReplay"]
@@ -181,7 +181,7 @@ class StoreReplay(ReplayFront):
             e = self._cols.row_elems(name)
             nbytes = e * sdt.itemsize
             if name in self._wide:
-                arr = np.zeros((cap, *spec.shape), dtype=sdt)
+                arr = wide_storage((cap, *spec.shape), sdt)
                 wdt = _rk.word_dtype(nbytes)
                 flat = arr.reshape(cap, e)
                 self._rows2d[name] = flat
@@ -572,9 +572,28 @@ class StoreReplay(ReplayFront):
         return (self._d, self._n_demo, self._r, self._streams.n_envs, self._oldest_slot(),
                 self._size)
 
-    def _gather_next(self, target: str, rows: np.ndarray, out: np.ndarray) -> None:
+    def _paired_next(self) -> dict[str, str]:
+        """``next_of`` targets whose source is gathered in the same pass (source -> target):
+        a wide, unquantised, unstacked source (the first target of each), see
+        :meth:`_gather_next`."""
+        pairs: dict[str, str] = {}
+        for t, src in self._streams.next_of.items():
+            if (src in self._wide and src not in self._streams.frame_stack
+                    and self._plan[src][0] is None and src not in pairs):
+                pairs[src] = t
+        return pairs
+
+    def _gather_next(self, target: str, rows: np.ndarray, out: np.ndarray,
+                     src_rows: np.ndarray | None = None, src_out: np.ndarray | None = None,
+                     ) -> None:
         """``next_of`` target at physical ``rows`` (B,) into ``out`` ``(B, [depth,] *shape)``:
-        the source's next row of the same stream, or the side table's entry."""
+        the source's next row of the same stream, or the side table's entry.
+
+        With ``src_rows`` / ``src_out`` (a source of :meth:`_paired_next`), the source at
+        ``src_rows`` is gathered in the same pass (``_ring_kernels.gather_wide_pair_cpu``):
+        a lane's row and its next one are adjacent in memory, one contiguous read of both.
+        Measured (``bench/test_replay.py``, next_of pixel group): see docs/replay.md.
+        """
         src = self._streams.next_of[target]
         depth = self._streams.frame_stack.get(src)
         b = rows.shape[0]
@@ -584,8 +603,14 @@ class StoreReplay(ReplayFront):
         side = self._side
         slots = side.slot[rows] if side is not None else np.full(b, -1, np.int64)
         kept = slots >= 0
+        if src_out is not None:
+            e = self._plan[src][1]
+            wdt = self._plan[src][2]
+            _rk.gather_wide_pair_cpu(self._words[src], src_rows, src_out.reshape(b, e).view(wdt),
+                                     nxt, out.reshape(b, e).view(wdt))
         if depth is None:
-            self._gather(nxt, {src: out}, b)
+            if src_out is None:
+                self._gather(nxt, {src: out}, b)
             if kept.any():
                 out[kept] = side.pool[target][slots[kept]]  # type: ignore[union-attr]
             return
@@ -629,7 +654,8 @@ class StoreReplay(ReplayFront):
             last = np.empty(b, dtype=np.int64)
             _sk.nstep_cpu(idx, ns[0], ns[1], *self._nstep_arrays(), *self._geom(),
                           outputs["return"], outputs["discount"], last)
-        self._gather_cols(idx, outputs, [n for n in names if n not in at_last])
+        pairs = {s: t for s, t in self._paired_next().items() if s not in at_last}
+        self._gather_cols(idx, outputs, [n for n in names if n not in at_last and n not in pairs])
         fs = self._streams.frame_stack
         for n in at_last:
             q, e, wdt = self._plan[n]
@@ -638,8 +664,11 @@ class StoreReplay(ReplayFront):
                 _rk.gather_rows_cpu(self._words[n], last, outputs[n].reshape(b, e).view(wdt))
             else:
                 self._gather_cols(last, outputs, [n])
-        for t in self._streams.next_of:
-            self._gather_next(t, last, outputs[t])
+        for t, src in self._streams.next_of.items():
+            if pairs.get(src) == t:
+                self._gather_next(t, last, outputs[t], idx, outputs[src])
+            else:
+                self._gather_next(t, last, outputs[t])
 
     def _copy_out(self, cols: Mapping[str, np.ndarray], names: Iterable[str],
                   outputs: Mapping[str, np.ndarray], b: int, ident: np.ndarray) -> None:
