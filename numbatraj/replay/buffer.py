@@ -23,7 +23,7 @@ from numbatraj.replay import _ring_kernels as _rk
 from numbatraj.replay import _stream_kernels as _sk
 from numbatraj.replay._front import ReplayFront, block_outputs
 from numbatraj.replay._split import window_start_py
-from numbatraj.replay.columns import ReplayColumns, wide_storage
+from numbatraj.replay.columns import ReplayColumns
 from numbatraj.samplers import PrioritizedSampler, UniformSampler
 
 __all__ = ["StoreReplay"]
@@ -181,7 +181,9 @@ class StoreReplay(ReplayFront):
             e = self._cols.row_elems(name)
             nbytes = e * sdt.itemsize
             if name in self._wide:
-                arr = wide_storage((cap, *spec.shape), sdt)
+                # numpy asks for transparent huge pages itself (madvise) on allocations of
+                # 4 MiB and more: a 3x84x84 column's rows sit on 2 MiB pages already
+                arr = np.zeros((cap, *spec.shape), dtype=sdt)
                 wdt = _rk.word_dtype(nbytes)
                 flat = arr.reshape(cap, e)
                 self._rows2d[name] = flat

@@ -8,7 +8,6 @@ byte per element instead of four for float32), returned by ``sample`` as float32
 from __future__ import annotations
 
 import math
-import mmap
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,41 +18,7 @@ from numbatraj._cuda import is_device_array
 from numbatraj.data.column import ColumnSpec, check_column_set
 from numbatraj.errors import SchemaError
 
-__all__ = ["Quantization", "ReplayColumns", "wide_storage"]
-
-
-#: Ask for transparent huge pages (``madvise(MADV_HUGEPAGE)``) on wide-column storage of at
-#: least this many bytes.
-HUGE_PAGE_MIN = 8 << 20
-_HUGE = 2 << 20  # the x86-64 / arm64 huge page
-
-
-def wide_storage(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    """Zeroed C-contiguous storage for a column stored apart (images), on huge pages where
-    the kernel gives them.
-
-    Anonymous ``mmap`` pages (zero, untouched until written), aligned to 2 MiB and marked
-    ``MADV_HUGEPAGE``: with ``transparent_hugepage`` at ``madvise`` (a common default) the
-    pages then fault in as 2 MiB pages.  A 3x84x84 uint8 row spans six 4 KiB pages; a random
-    gather of 512 of them over 847 MB walked the page tables some 3,000 times a draw, and
-    the hardware prefetcher stopped at every 4 KiB boundary.  Measured
-    (``bench/test_replay.py``): see docs/replay.md.  Where ``MADV_HUGEPAGE`` is missing or
-    refused, and below :data:`HUGE_PAGE_MIN` bytes, plain ``np.zeros``.
-    """
-    dtype = np.dtype(dtype)
-    count = int(np.prod(shape, dtype=np.int64))
-    nbytes = count * dtype.itemsize
-    advice = getattr(mmap, "MADV_HUGEPAGE", None)
-    if nbytes < HUGE_PAGE_MIN or advice is None:
-        return np.zeros(shape, dtype=dtype)
-    m = mmap.mmap(-1, nbytes + _HUGE)
-    raw = np.frombuffer(m, dtype=np.uint8)
-    off = (-raw.ctypes.data) % _HUGE
-    try:
-        m.madvise(advice, off, nbytes - nbytes % mmap.PAGESIZE)
-    except (OSError, ValueError):
-        pass  # no THP here: 4 KiB pages, the same bytes
-    return raw[off : off + nbytes].view(dtype).reshape(shape)
+__all__ = ["Quantization", "ReplayColumns"]
 
 
 @dataclass(frozen=True)
