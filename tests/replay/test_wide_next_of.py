@@ -40,7 +40,7 @@ def test_wide_next_of_matches_narrow(n_envs, n_step, depth, prioritized):
     assert "obs" in wide._wide and "obs" not in narrow._wide
     rng = np.random.default_rng(n_envs)
     step = 0
-    for t in range(9):  # more steps than the ring holds: it wraps
+    for _ in range(9):  # more steps than the ring holds: it wraps
         n = int(rng.integers(1, 4))
         ids = step + np.arange(n * n_envs, dtype=np.float32)
         obs = np.stack([ids, ids % 5], 1).astype(np.float32)
@@ -48,7 +48,7 @@ def test_wide_next_of_matches_narrow(n_envs, n_step, depth, prioritized):
         done = rng.random(n * n_envs) < 0.2
         trunc = (rng.random(n * n_envs) < 0.1) & ~done
         def steps(a):  # (T, n_envs, ...): one row of every env per step
-            return a if n_envs == 1 else a.reshape(n, n_envs, *a.shape[1:])
+            return a if n_envs == 1 else a.reshape(-1, n_envs, *a.shape[1:])
 
         base = dict(reward=steps(ids), done=steps(done), truncated=steps(trunc))
         narrow.add(obs=steps(obs), next_obs=steps(nxt), **base)
