@@ -285,42 +285,44 @@ def gather_wide_rows_cpu(src, idx, out):  # type: ignore[no-untyped-def]
     output's lines are never split), and with each line copied the same line of the row
     :data:`WIDE_AHEAD_BYTES` ahead is prefetched, so the next row's misses (every one of its
     lines, across its page boundaries, where the hardware prefetcher stops) overlap this
-    row's copy.  Measured (``bench/test_replay.py``, 512 random 3x84x84 uint8 rows of 847 MB,
-    one thread): 685 us with a word loop and only the next row's first line touched, 629 us
-    with one ``memcpy`` per row, 538 us this way.  Serial: see :func:`gather_rows_cpu`.
-    Returns 0.
+    row's copy.  Measured (512 random 3x84x84 uint8 rows of 847 MB, one thread, load 3):
+    685 us with a word loop and only the next row's first line touched, 629 us with one
+    ``memcpy`` per row, 538 us this way.  Serial: see :func:`gather_rows_cpu`.  Returns 0.
     """
-    gather_wide_pair_cpu(src, idx, out, idx[:0], out[:0])
+    gather_wide_pair_cpu(src, idx, out, src, idx[:0], out[:0])
     return src.dtype.type(0)
 
 
 @njit_kernel
-def gather_wide_pair_cpu(src, idx_a, out_a, idx_b, out_b):  # type: ignore[no-untyped-def]
-    """Two wide gathers from one column in one pass: ``out_a[i] = src[idx_a[i]]`` then
-    ``out_b[i] = src[idx_b[i]]`` for each ``i`` (``idx_b`` empty, or as long as ``idx_a``).
+def gather_wide_pair_cpu(src_a, idx_a, out_a, src_b, idx_b, out_b):  # type: ignore[no-untyped-def]
+    """Two wide gathers in one pass: ``out_a[i] = src_a[idx_a[i]]`` then
+    ``out_b[i] = src_b[idx_b[i]]`` for each ``i`` (``idx_b`` empty, or as long as ``idx_a``;
+    both sources of one word type and row length).
 
-    For ``next_of`` (``idx_b[i] = idx_a[i] + 1`` but at a stream's end) the two rows of a
-    lane are adjacent in memory, so each lane is one contiguous read of two rows instead of
-    two scattered ones.  See :func:`gather_wide_rows_cpu` for the copy and the prefetch.
+    For ``next_of`` (one column as both sources, ``idx_b[i] = idx_a[i] + 1`` but at a
+    stream's end) the two rows of a lane are adjacent in memory, so each lane is one
+    contiguous read of two rows instead of two scattered ones.  See
+    :func:`gather_wide_rows_cpu` for the copy and the prefetch.
     """
     b = idx_a.shape[0]
-    w = src.shape[1]
-    rb = w * src.itemsize
+    w = src_a.shape[1]
+    rb = w * src_a.itemsize
     if b == 0 or rb == 0:
         return
     two = idx_b.shape[0] > 0
     ahead = max(1, WIDE_AHEAD_BYTES // (rb * (2 if two else 1)))
-    sbase = src.reshape(src.shape[0] * w)
-    abase = out_a.reshape(out_a.shape[0] * w)
-    aaddr = _address(abase)
+    sa = src_a.reshape(src_a.shape[0] * w)
+    sb = src_b.reshape(src_b.shape[0] * w)
+    oa = out_a.reshape(out_a.shape[0] * w)
+    aaddr = _address(oa)
     if two:
-        bbase = out_b.reshape(out_b.shape[0] * w)
-        baddr = _address(bbase)
+        ob = out_b.reshape(out_b.shape[0] * w)
+        baddr = _address(ob)
     else:
-        bbase = abase
+        ob = oa
         baddr = aaddr
     for i in range(b):
         j = i + ahead if i + ahead < b else i
-        _copy_wide_row(sbase, idx_a[i] * rb, abase, i * rb, idx_a[j] * rb, rb, aaddr)
+        _copy_wide_row(sa, idx_a[i] * rb, oa, i * rb, idx_a[j] * rb, rb, aaddr)
         if two:
-            _copy_wide_row(sbase, idx_b[i] * rb, bbase, i * rb, idx_b[j] * rb, rb, baddr)
+            _copy_wide_row(sb, idx_b[i] * rb, ob, i * rb, idx_b[j] * rb, rb, baddr)

@@ -432,6 +432,8 @@ class StoreReplay(ReplayFront):
                 continue
             q, e, wdt = self._plan[name]
             if q is None:
+                # one column at a time: obs and next_obs lane by lane in one pass
+                # (gather_wide_pair_cpu) measured the same, 486 vs 488 us (load 4)
                 _rk.gather_wide_rows_cpu(self._words[name], idx, out.reshape(b, e).view(wdt))
             else:
                 _qk.gather_dequantize_cpu(self._rows2d[name], idx, q.low, q.step,
@@ -608,8 +610,9 @@ class StoreReplay(ReplayFront):
         if src_out is not None:
             e = self._plan[src][1]
             wdt = self._plan[src][2]
-            _rk.gather_wide_pair_cpu(self._words[src], src_rows, src_out.reshape(b, e).view(wdt),
-                                     nxt, out.reshape(b, e).view(wdt))
+            words = self._words[src]
+            _rk.gather_wide_pair_cpu(words, src_rows, src_out.reshape(b, e).view(wdt),
+                                     words, nxt, out.reshape(b, e).view(wdt))
         if depth is None:
             if src_out is None:
                 self._gather(nxt, {src: out}, b)

@@ -134,6 +134,18 @@ def test_gather_wide_pair_matches_reference(b, wdt, w, rng):
     nxt[::3] = rng.integers(0, 40, size=nxt[::3].shape[0])  # some lanes not adjacent
     out_a = np.full((b, w), 7, dtype=wdt)
     out_b = np.full((b, w), 9, dtype=wdt)
-    rk.gather_wide_pair_cpu(src, a, out_a, nxt, out_b)
+    rk.gather_wide_pair_cpu(src, a, out_a, src, nxt, out_b)
     np.testing.assert_array_equal(out_a, gather_rows_ref(src, a))
     np.testing.assert_array_equal(out_b, gather_rows_ref(src, nxt))
+
+
+def test_gather_wide_pair_of_two_columns(rng):
+    # two columns stored apart (obs and next_obs), gathered lane by lane in one pass
+    a = rng.integers(0, 2**63, size=(30, 50), dtype=np.uint64)
+    b = rng.integers(0, 2**63, size=(30, 50), dtype=np.uint64)
+    idx = rng.integers(0, 30, size=77).astype(np.int64)
+    out_a = np.zeros((77, 50), np.uint64)
+    out_b = np.zeros((77, 50), np.uint64)
+    rk.gather_wide_pair_cpu(a, idx, out_a, b, idx, out_b)
+    np.testing.assert_array_equal(out_a, gather_rows_ref(a, idx))
+    np.testing.assert_array_equal(out_b, gather_rows_ref(b, idx))
