@@ -269,8 +269,10 @@ class StoreReplay(ReplayFront):
 
         A column's rows are strided in the row records; each row goes as one opaque item
         (numpy ``V<row bytes>``), a byte copy per row, measured faster than a kernel loop
-        or numpy's element-wise strided copy.  Quantised columns go through
-        ``ring_put_quantize_cpu``.
+        or numpy's element-wise strided copy.  A batch of one run (no wrap) with
+        :data:`_STAGE_BYTES` of records writes those items into a scratch of records instead,
+        then copies the scratch into the ring in one block (:meth:`_stage_buffers`).
+        Quantised columns go through ``ring_put_quantize_cpu``.
         """
         n = -1
         stage = None
