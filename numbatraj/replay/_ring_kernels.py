@@ -16,7 +16,6 @@ Kernels take arrays and scalars only, assume valid input, never allocate and nev
 
 from __future__ import annotations
 
-import platform
 from typing import Any
 
 import numpy as np
@@ -223,35 +222,6 @@ def _copy_line_typer(typingctx, dst, doff, src, soff):  # type: ignore[no-untype
     return sig, codegen
 
 
-def _copy_line_nt_typer(typingctx, dst, doff, src, soff):  # type: ignore[no-untyped-def]
-    """:func:`_copy_line` with a non-temporal (streaming) store: the line goes to memory
-    without being read into the caches first, and leaves no copy in them."""
-    sig = types.void(dst, types.intp, src, types.intp)
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        dp = _byte_pointer(builder, context, signature.args[0], args[0], args[1])
-        sp = _byte_pointer(builder, context, signature.args[2], args[2], args[3])
-        v = builder.load(builder.bitcast(sp, _LINE.as_pointer()), align=1)
-        st = builder.store(v, builder.bitcast(dp, _LINE.as_pointer()), align=64)
-        st.set_metadata("nontemporal", builder.module.add_metadata([_I32(1)]))
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-def _store_fence_typer(typingctx):  # type: ignore[no-untyped-def]
-    """``sfence``: every streaming store before it is visible before any store after it."""
-    sig = types.void()
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        fnty = ir.FunctionType(ir.VoidType(), [])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.sse.sfence")
-        builder.call(fn, [])
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
 def _copy_bytes_typer(typingctx, dst, doff, src, soff, n):  # type: ignore[no-untyped-def]
     """``n`` bytes from byte ``soff`` of ``src`` to byte ``doff`` of ``dst`` (llvm.memcpy)."""
     sig = types.void(dst, types.intp, src, types.intp, types.intp)
@@ -278,46 +248,27 @@ def _address_typer(typingctx, arr):  # type: ignore[no-untyped-def]
 
 _prefetch: Any = intrinsic(_prefetch_typer)
 _copy_line: Any = intrinsic(_copy_line_typer)
-_copy_line_nt: Any = intrinsic(_copy_line_nt_typer)
-_store_fence: Any = intrinsic(_store_fence_typer)
 _copy_bytes: Any = intrinsic(_copy_bytes_typer)
 _address: Any = intrinsic(_address_typer)
 
 #: Bytes of rows prefetched ahead of the row being copied (at least one row).
 WIDE_AHEAD_BYTES = 8192
 
-#: A wide gather writing at least this many bytes uses streaming (non-temporal) stores.
-#: Measured (``bench/test_replay.py`` pixel group, ``next_of`` ``sample_into(256)``, 10.8 MB
-#: written, same process, interleaved, load 16-17 from other jobs): 455-468 us streaming
-#: against 582-598 us through the caches; on a quiet machine (load 2.7) a kernel-only probe
-#: measured 494-498 and 410-470 us (streaming the same or slower: a reused output that stays
-#: in L3 makes its write-allocate reads cheap).  Such an output fills a third of the L3 and
-#: cannot stay in the caches of a shared machine; the consumer then reads it from memory
-#: either way.  Only x86-64 has the fence; elsewhere the stores stay ordinary.
-WIDE_STREAM_BYTES = 4 << 20 if platform.machine().lower() in ("x86_64", "amd64") else 1 << 62
-
 
 @njit_kernel
-def _copy_wide_row(src, s, out, d, p, rb, dbase, stream):  # type: ignore[no-untyped-def]
+def _copy_wide_row(src, s, out, d, p, rb, dbase):  # type: ignore[no-untyped-def]
     """Bytes ``[s, s + rb)`` of ``src`` to ``[d, d + rb)`` of ``out`` (``dbase`` is
-    ``out``'s address), prefetching ``[p, p + rb)`` of ``src``, one line per line copied;
-    the aligned lines with streaming stores when ``stream``."""
+    ``out``'s address), prefetching ``[p, p + rb)`` of ``src``, one line per line copied."""
     h = (-(dbase + d)) & 63  # bytes before the first 64-byte aligned line of the output
     if h > rb:
         h = rb
     if h:
         _copy_bytes(out, d, src, s, h)
     n = (rb - h) >> 6
-    if stream:
-        for k in range(n):
-            o = h + (k << 6)
-            _prefetch(src, p + o)
-            _copy_line_nt(out, d + o, src, s + o)
-    else:
-        for k in range(n):
-            o = h + (k << 6)
-            _prefetch(src, p + o)
-            _copy_line(out, d + o, src, s + o)
+    for k in range(n):
+        o = h + (k << 6)
+        _prefetch(src, p + o)
+        _copy_line(out, d + o, src, s + o)
     _prefetch(src, p)
     _prefetch(src, p + rb - 1)
     t = h + (n << 6)
@@ -336,9 +287,7 @@ def gather_wide_rows_cpu(src, idx, out):  # type: ignore[no-untyped-def]
     lines, across its page boundaries, where the hardware prefetcher stops) overlap this
     row's copy.  Measured (512 random 3x84x84 uint8 rows of 847 MB, one thread, load 3):
     685 us with a word loop and only the next row's first line touched, 629 us with one
-    ``memcpy`` per row, 538 us this way.  A call writing :data:`WIDE_STREAM_BYTES` or more
-    stores its lines with streaming stores (then one ``sfence``).  Serial: see
-    :func:`gather_rows_cpu`.  Returns 0.
+    ``memcpy`` per row, 538 us this way.  Serial: see :func:`gather_rows_cpu`.  Returns 0.
     """
     gather_wide_pair_cpu(src, idx, out, src, idx[:0], out[:0])
     return src.dtype.type(0)
@@ -372,11 +321,8 @@ def gather_wide_pair_cpu(src_a, idx_a, out_a, src_b, idx_b, out_b):  # type: ign
     else:
         ob = oa
         baddr = aaddr
-    stream = b * rb * (2 if two else 1) >= WIDE_STREAM_BYTES
     for i in range(b):
         j = i + ahead if i + ahead < b else i
-        _copy_wide_row(sa, idx_a[i] * rb, oa, i * rb, idx_a[j] * rb, rb, aaddr, stream)
+        _copy_wide_row(sa, idx_a[i] * rb, oa, i * rb, idx_a[j] * rb, rb, aaddr)
         if two:
-            _copy_wide_row(sb, idx_b[i] * rb, ob, i * rb, idx_b[j] * rb, rb, baddr, stream)
-    if stream:
-        _store_fence()
+            _copy_wide_row(sb, idx_b[i] * rb, ob, i * rb, idx_b[j] * rb, rb, baddr)

@@ -149,26 +149,3 @@ def test_gather_wide_pair_of_two_columns(rng):
     rk.gather_wide_pair_cpu(a, idx, out_a, b, idx, out_b)
     np.testing.assert_array_equal(out_a, gather_rows_ref(a, idx))
     np.testing.assert_array_equal(out_b, gather_rows_ref(b, idx))
-
-
-@pytest.mark.parametrize("shift", [0, 5])
-def test_gather_wide_rows_streaming_stores(shift, rng):
-    # outputs of WIDE_STREAM_BYTES or more go out with non-temporal stores: same bytes
-    w = 21168
-    n = rk.WIDE_STREAM_BYTES // w + 3
-    src = rng.integers(0, 256, size=(n + 5, w), dtype=np.uint8)
-    idx = rng.integers(0, n + 5, size=n).astype(np.int64)
-    raw = np.zeros(n * w + 128, np.uint8)
-    base = (-raw.ctypes.data) % 64 + shift
-    out = raw[base : base + n * w].reshape(n, w)
-    rk.gather_wide_rows_cpu(src, idx, out)
-    np.testing.assert_array_equal(out, gather_rows_ref(src, idx))
-    assert not raw[:base].any() and not raw[base + out.size :].any()
-    half = n // 2 + 1  # the pair: two outputs of half the rows, together over the limit
-    out_a = np.zeros((half, w), np.uint8)
-    out_b = np.zeros((half, w), np.uint8)
-    a = idx[:half]
-    nxt = np.minimum(a + 1, n + 4)
-    rk.gather_wide_pair_cpu(src, a, out_a, src, nxt, out_b)
-    np.testing.assert_array_equal(out_a, gather_rows_ref(src, a))
-    np.testing.assert_array_equal(out_b, gather_rows_ref(src, nxt))
