@@ -31,7 +31,9 @@ __all__ = ["StoreReplay"]
 
 _RECORD_GATHER_MAX = 1 << 16  # rows; larger gathers go column by column (no scratch)
 #: bytes of records a batch add assembles in a scratch first (``StoreReplay._put``): from
-#: 16 KiB (below, the extra copy's call costs what it saves) to 1 MiB (an L2 cache)
+#: 16 KiB (below, the extra copy's call costs what it saves) to 1 MiB (an L2 cache).
+#: Measured, 168-byte records, add of n rows staged / direct (interleaved, load 6): n = 64
+#: 7.74 / 7.63 us, 100 8.00 / 8.18, 200 8.97 / 9.78, 1000 16.7 / 22.1, 4000 46.1 / 69.5.
 _STAGE_BYTES = (16 << 10, 1 << 20)
 
 
