@@ -294,6 +294,46 @@ def test_pix_sample_into_numbatraj(benchmark, ratios):
         ratios.record(g, "StoreReplay.sample_into", benchmark, items=PIX_BATCH)
 
 
+def _pix_next_of_cpprb():  # type: ignore[no-untyped-def]
+    return cpprb.ReplayBuffer(PIX_CAP, {
+        "obs": {"shape": PIX, "dtype": np.uint8}, "act": {"shape": ACT}, "rew": {},
+        "done": {}}, next_of="obs")
+
+
+def test_pix_sample_cpprb_next_of(benchmark, ratios):
+    # cpprb's own next_of: obs stored once, next_obs read from the following row
+    rb = _pix_next_of_cpprb()
+    _pix_fill(lambda b: rb.add(**_cp_rows(b)))
+    rb.sample(PIX_BATCH)
+    benchmark(lambda: rb.sample(PIX_BATCH))
+    ratios.record(G_PIX, "cpprb ReplayBuffer(next_of='obs').sample", benchmark,
+                  items=PIX_BATCH)
+
+
+def _pix_next_of_replay() -> StoreReplay:
+    cols = [c for c in _pix_columns() if c.name != "next_obs"]
+    rep = StoreReplay(cols, PIX_CAP, next_of={"next_obs": "obs"})
+    _pix_fill(lambda b: rep.add(**b))
+    return rep
+
+
+def test_pix_sample_next_of_numbatraj(benchmark, ratios):
+    rep = _pix_next_of_replay()
+    rep.sample(PIX_BATCH)
+    benchmark(lambda: rep.sample(PIX_BATCH))
+    for g in (G_PIX, G_PIX_TAKE):
+        ratios.record(g, "StoreReplay(next_of).sample", benchmark, items=PIX_BATCH)
+
+
+def test_pix_sample_into_next_of_numbatraj(benchmark, ratios):
+    rep = _pix_next_of_replay()
+    outs = {c.name: np.empty((PIX_BATCH, *c.shape), c.dtype) for c in _pix_columns()}
+    rep.sample_into(outs, PIX_BATCH)
+    benchmark(lambda: rep.sample_into(outs, PIX_BATCH))
+    for g in (G_PIX, G_PIX_TAKE):
+        ratios.record(g, "StoreReplay(next_of).sample_into", benchmark, items=PIX_BATCH)
+
+
 def test_pix_add_numpy_slice_copy(benchmark, ratios):
     cols = {c.name: np.ones((PIX_CAP, *c.shape), c.dtype) for c in _pix_columns()}
     rows = _pix_batch(PIX_CHUNK)

@@ -12,6 +12,7 @@ and the checkpoint (one format, one reader with every check: ``_checkpoint.py``)
 from __future__ import annotations
 
 import abc
+import math
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar, TypeVar
@@ -48,7 +49,7 @@ def block_outputs(specs: Mapping[str, tuple[Any, tuple[int, ...]]]) -> dict[str,
     total = 0
     for name, (dt, shape) in specs.items():
         offs[name] = total
-        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize
+        nbytes = math.prod(shape) * np.dtype(dt).itemsize  # math.prod: np.prod costs ~2 us
         total += (nbytes + 63) // 64 * 64
     if total < _BLOCK_MIN:  # small outputs: the heap reuses them anyway
         return {name: np.empty(shape, dtype=dt) for name, (dt, shape) in specs.items()}
@@ -57,7 +58,7 @@ def block_outputs(specs: Mapping[str, tuple[Any, tuple[int, ...]]]) -> dict[str,
     out = {}
     for name, (dt, shape) in specs.items():
         dt = np.dtype(dt)
-        n = int(np.prod(shape, dtype=np.int64))
+        n = math.prod(shape)
         a = raw[base + offs[name] : base + offs[name] + n * dt.itemsize].view(dt)
         out[name] = a.reshape(shape)
     return out

@@ -315,7 +315,18 @@ def _update_rows_cpu(sums, mins, p, gen, rows, priorities, eps, alpha, stamps, c
     """
     skipped = 0
     top = maxp[0]
-    for j in range(rows.shape[0]):
+    k = rows.shape[0]
+    d = PREFETCH_AHEAD
+    # this loop calls ``pow``: the generation it compares and the sum leaf it writes are
+    # prefetched ``d`` updates ahead, so their misses (the rows drawn a minibatch ago, out of
+    # cache on a busy machine) overlap instead of waiting one by one between calls
+    for j in range(min(d, k)):
+        _prefetch(gen, rows[j])
+        _prefetch_write(sums, p + rows[j])
+    for j in range(k):
+        if j + d < k:
+            _prefetch(gen, rows[j + d])
+            _prefetch_write(sums, p + rows[j + d])
         r = rows[j]
         if check and gen[r] != stamps[j]:
             nodes[j] = 0
@@ -326,8 +337,6 @@ def _update_rows_cpu(sums, mins, p, gen, rows, priorities, eps, alpha, stamps, c
             top = q
         sums[p + r] = q**alpha
         nodes[j] = p + r
-    k = rows.shape[0]
-    d = PREFETCH_AHEAD
     for j in range(min(d, k)):  # the min leaves, in a loop of their own: ``pow`` is a
         _prefetch_write(mins, nodes[j])  # library call, and between calls few of these
     for j in range(k):  # (cold) stores overlap; prefetched for writing ahead

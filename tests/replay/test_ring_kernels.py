@@ -107,3 +107,45 @@ def test_gather_wide_rows_matches_reference(b, wdt, w, rng):
     out = np.full((b, w), 7, dtype=wdt)
     rk.gather_wide_rows_cpu(src, idx, out)
     np.testing.assert_array_equal(out, gather_rows_ref(src, idx))
+
+
+@pytest.mark.parametrize("shift", [0, 1, 37, 63])
+@pytest.mark.parametrize("w", [1, 63, 64, 65, 700, 21168])
+def test_gather_wide_rows_any_output_alignment(shift, w, rng):
+    # the 64-byte lines are stored aligned: the bytes before the first aligned line of each
+    # output row and after its last one go apart, wherever the output starts
+    src = rng.integers(0, 256, size=(9, w), dtype=np.uint8)
+    idx = np.array([8, 0, 3, 3, 8, 1, 5], dtype=np.int64)
+    raw = np.zeros(idx.shape[0] * w + 128, np.uint8)
+    base = (-raw.ctypes.data) % 64 + shift
+    out = raw[base : base + idx.shape[0] * w].reshape(idx.shape[0], w)
+    rk.gather_wide_rows_cpu(src, idx, out)
+    np.testing.assert_array_equal(out, gather_rows_ref(src, idx))
+    assert not raw[:base].any() and not raw[base + out.size :].any()  # nothing outside
+
+
+@pytest.mark.parametrize("b", [0, 1, 2, 65])
+@pytest.mark.parametrize("wdt, w", [(np.uint64, 96), (np.uint8, 601), (np.uint16, 3)])
+def test_gather_wide_pair_matches_reference(b, wdt, w, rng):
+    # next_of: each lane's row and the next one, as two gathers of one column
+    src = rng.integers(0, np.iinfo(wdt).max, size=(40, w), dtype=wdt, endpoint=True)
+    a = rng.integers(0, 40, size=b).astype(np.int64)
+    nxt = np.minimum(a + 1, 39)
+    nxt[::3] = rng.integers(0, 40, size=nxt[::3].shape[0])  # some lanes not adjacent
+    out_a = np.full((b, w), 7, dtype=wdt)
+    out_b = np.full((b, w), 9, dtype=wdt)
+    rk.gather_wide_pair_cpu(src, a, out_a, src, nxt, out_b)
+    np.testing.assert_array_equal(out_a, gather_rows_ref(src, a))
+    np.testing.assert_array_equal(out_b, gather_rows_ref(src, nxt))
+
+
+def test_gather_wide_pair_of_two_columns(rng):
+    # two columns stored apart (obs and next_obs), gathered lane by lane in one pass
+    a = rng.integers(0, 2**63, size=(30, 50), dtype=np.uint64)
+    b = rng.integers(0, 2**63, size=(30, 50), dtype=np.uint64)
+    idx = rng.integers(0, 30, size=77).astype(np.int64)
+    out_a = np.zeros((77, 50), np.uint64)
+    out_b = np.zeros((77, 50), np.uint64)
+    rk.gather_wide_pair_cpu(a, idx, out_a, b, idx, out_b)
+    np.testing.assert_array_equal(out_a, gather_rows_ref(a, idx))
+    np.testing.assert_array_equal(out_b, gather_rows_ref(b, idx))

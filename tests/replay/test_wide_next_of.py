@@ -1,0 +1,76 @@
+"""next_of over a wide source (a column stored apart, gathered with its next rows in one
+pass): every draw equals the same replay over a narrow source (the record path), row for
+row, across streams, episode ends, the side table, the ring wrap, n-step and frame stacks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from numbatraj.data import ColumnSpec
+from numbatraj.replay import StoreReplay
+from numbatraj.replay.buffer import WIDE_BYTES
+
+W = 160  # float32: 640 bytes a row, above WIDE_BYTES
+
+
+def _cols(w: int) -> list[ColumnSpec]:
+    return [ColumnSpec("obs", np.float32, (w,)), ColumnSpec("reward", np.float32, ()),
+            ColumnSpec("done", np.bool_, ()), ColumnSpec("truncated", np.bool_, ())]
+
+
+def _wide(obs2: np.ndarray) -> np.ndarray:
+    """(n, W) rows whose first two entries are the narrow row, the rest derived from it."""
+    k = np.arange(W - 2, dtype=np.float32)
+    return np.concatenate([obs2, obs2[:, :1] * 3.0 + k + obs2[:, 1:2]], axis=1)
+
+
+@pytest.mark.parametrize("n_envs", [1, 2, 3])
+@pytest.mark.parametrize("n_step", [None, 3])
+@pytest.mark.parametrize("depth", [None, 2])
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_wide_next_of_matches_narrow(n_envs, n_step, depth, prioritized):
+    assert W * 4 > WIDE_BYTES
+    kw = dict(n_envs=n_envs, next_of={"next_obs": "obs"}, seed=3, prioritized=prioritized)
+    if depth:
+        kw["frame_stack"] = {"obs": depth}
+    cap = 7 * n_envs
+    narrow = StoreReplay(_cols(2), cap, **kw)
+    wide = StoreReplay(_cols(W), cap, **kw)
+    assert "obs" in wide._wide and "obs" not in narrow._wide
+    rng = np.random.default_rng(n_envs)
+    step = 0
+    for _ in range(9):  # more steps than the ring holds: it wraps
+        n = int(rng.integers(1, 4))
+        ids = step + np.arange(n * n_envs, dtype=np.float32)
+        obs = np.stack([ids, ids % 5], 1).astype(np.float32)
+        nxt = obs + 100.0
+        done = rng.random(n * n_envs) < 0.2
+        trunc = (rng.random(n * n_envs) < 0.1) & ~done
+        def steps(a):  # (T, n_envs, ...): one row of every env per step
+            return a if n_envs == 1 else a.reshape(-1, n_envs, *a.shape[1:])
+
+        base = dict(reward=steps(ids), done=steps(done), truncated=steps(trunc))
+        narrow.add(obs=steps(obs), next_obs=steps(nxt), **base)
+        wide.add(obs=steps(_wide(obs)), next_obs=steps(_wide(nxt)), **base)
+        step += n * n_envs
+        for into in (False, True):
+            if into:
+                spec = {k: (v.dtype, v.shape) for k, v in
+                        wide.sample(5, n_step=n_step)[0].items()}
+                out_w = {k: np.full(s, -1, d) for k, (d, s) in spec.items()}
+                bw = wide.sample_into(out_w, 5, n_step=n_step)
+                spec = {k: (v.dtype, v.shape) for k, v in
+                        narrow.sample(5, n_step=n_step)[0].items()}
+                out_n = {k: np.full(s, -1, d) for k, (d, s) in spec.items()}
+                bn = narrow.sample_into(out_n, 5, n_step=n_step)
+            else:
+                out_w, bw = wide.sample(64, n_step=n_step)
+                out_n, bn = narrow.sample(64, n_step=n_step)
+            np.testing.assert_array_equal(bw.indices, bn.indices)
+            for key in ("obs", "next_obs"):
+                a, b = out_w[key], out_n[key]
+                np.testing.assert_array_equal(a[..., :2], b)
+                np.testing.assert_array_equal(a.reshape(-1, W), _wide(b.reshape(-1, 2)))
+            for key in set(out_n) - {"obs", "next_obs"}:
+                np.testing.assert_array_equal(out_w[key], out_n[key])
