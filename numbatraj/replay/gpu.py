@@ -552,6 +552,17 @@ class StoreReplayGpu(ReplayFront):
                 side.d_slot[:, 0], side.d_pool[target], rows, d,  # type: ignore[attr-defined]
                 flat.reshape(b * d, e))
 
+    def _check_nstep(self, n_step: int | None, gamma: float) -> tuple[int, float] | None:
+        ns = super()._check_nstep(n_step, gamma)
+        if ns is not None and "reward" in self._cols.quant:
+            # the device walk reads the stored reward words: for a quantised column those
+            # are uint8 codes, and summing them would be silently wrong
+            raise SamplerError(
+                "StoreReplayGpu: n_step with a quantised 'reward' column is not supported on "
+                "the device (StoreReplay supports it); leave 'reward' out of quantize="
+            )
+        return ns
+
     def _gather_ext(self, idx: Any, outputs: Mapping[str, Any], b: int,
                     ns: tuple[int, float] | None) -> None:
         """Columns at the drawn rows (frame stacks built, ``_stack_rows_cuda``); with

@@ -187,3 +187,22 @@ def test_to_host_keeps_the_streams():
     assert host.n_envs == E
     np.testing.assert_array_equal(host.cut_first(), cpu.cut_first())
     np.testing.assert_array_equal(host.time_order(), cpu.time_order())
+
+
+def test_nstep_with_a_quantised_reward_is_refused_on_the_device():
+    """The device walk reads the stored words: a quantised reward would be summed as codes
+    (the host dequantises).  Refused by name, nothing drawn; other draws still work."""
+    from numbatraj.replay import StoreReplayGpu
+
+    rep = StoreReplayGpu(_cols(), CAP, seed=1, n_envs=E, quantize={"reward": (-4.0, 4.0)})
+    rep.add(**_steps(np.random.default_rng(0), 4))
+    with pytest.raises(SamplerError, match="quantised 'reward'"):
+        rep.sample(4, n_step=2, gamma=0.9)
+    out = rep.sample(4)
+    out = out[0] if isinstance(out, tuple) else out
+    assert out["reward"].shape == (4,)
+    host = StoreReplay(_cols(), CAP, seed=1, n_envs=E, quantize={"reward": (-4.0, 4.0)})
+    host.add(**_steps(np.random.default_rng(0), 4))
+    out = host.sample(4, n_step=2, gamma=0.9)
+    out = out[0] if isinstance(out, tuple) else out
+    assert out["return"].shape == (4,)
