@@ -162,7 +162,7 @@ def test_slab_and_column_reads_against_h5py(ratios, data, workdir, load):
                 np.empty((ROWS, DIM), np.float32)),
             "h5py contiguous ds[()]": lambda: dc[()],
             "TrajectoryStore.load_column": lambda: s.load_column("state"),
-        }, None, 11)
+        }, None, 15)
         note = load_line()
     g = f"{GROUP_SLAB}, {load}"
     base = "h5py read_direct, same file"

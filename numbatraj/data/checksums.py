@@ -45,6 +45,7 @@ __all__ = [
     "CHECKSUM_GROUP",
     "ChunkDigester",
     "ColumnDigests",
+    "ChunkPartReader",
     "ChunkReader",
     "RowReader",
     "dataset_reader",
@@ -281,6 +282,11 @@ RowReader = Callable[[np.ndarray, int, int], None]
 ChunkReader = Callable[[np.ndarray, int, int], np.ndarray]
 
 
+#: ``read(out, k, r0, r1)``: rows ``r0:r1`` of stored chunk ``k`` into ``out``, returning the
+#: digest of the whole chunk.
+ChunkPartReader = Callable[[np.ndarray, int, int, int], int]
+
+
 def dataset_reader(ds: h5py.Dataset) -> RowReader:
     """The plain :data:`RowReader` of an HDF5 dataset (``read_direct``)."""
 
@@ -316,6 +322,7 @@ def read_verified(
     read: RowReader, name: str, cd: ColumnDigests | None, n_rows: int,
     start: int, stop: int, out: np.ndarray, where: str,
     read_chunks: ChunkReader | None = None,
+    read_part: ChunkPartReader | None = None,
 ) -> None:
     """Read rows ``start:stop`` with ``read`` into ``out`` and check every chunk they touch.
 
@@ -324,7 +331,9 @@ def read_verified(
     Whole chunks are read straight into ``out`` and checked there; a chunk only partly
     inside the range is read whole into a scratch buffer first.  ``read_chunks``, when
     given, reads whole stored chunks and digests them in the same pass (the store's raw
-    path); the digests are then checked without a second sweep over ``out``.  Raises
+    path); the digests are then checked without a second sweep over ``out``.  ``read_part``,
+    when given, serves a chunk only partly inside the range: it digests the whole stored
+    chunk and copies only the rows asked for, with no scratch buffer.  Raises
     :class:`IntegrityError` naming the column and rows of a chunk that fails (or that
     cannot be read or decoded).
     """
@@ -340,13 +349,24 @@ def read_verified(
     bad: list[tuple[int, int, int]] = []
     for k in sorted({k0, k1} - set(range(ka, kb + 1))):
         lo, hi = cd.rows(k, n_rows)
+        s, e = max(lo, start), min(hi, stop)
+        if read_part is not None:
+            # digest the whole chunk where it lies, copy only the rows asked for
+            try:
+                got = read_part(out[s - start : e - start], k, s - lo, e - lo)
+            except (OSError, RuntimeError, KeyError, ValueError) as exc:
+                raise IntegrityError(
+                    f"{where}: column {name!r} rows {lo}..{hi - 1} cannot be read: {exc}"
+                ) from exc
+            if got != cd.digests[k]:
+                bad.append((k, lo, hi))
+            continue
         scratch = np.empty((hi - lo, *out.shape[1:]), out.dtype)
         if read_chunks is not None:
             bad += _read_chunks(read_chunks, scratch, cd, k, k + 1, n_rows, where, name)
         else:
             _read(read, scratch, lo, hi, where, name)
             bad += verify_chunks(name, cd, k, scratch, n_rows)
-        s, e = max(lo, start), min(hi, stop)
         out[s - start : e - start] = scratch[s - lo : e - lo]
     if ka <= kb:
         lo, hi = ka * c, min((kb + 1) * c, n_rows)

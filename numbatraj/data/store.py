@@ -10,8 +10,14 @@ from typing import Any
 import h5py
 import numpy as np
 
-from numbatraj.data._digest_kernels import _copy_digest_chunks
-from numbatraj.data.checksums import ChunkReader, ColumnDigests, load_digests, read_verified
+from numbatraj.data._digest_kernels import _copy_digest_chunks, _digest_range_cpu
+from numbatraj.data.checksums import (
+    ChunkPartReader,
+    ChunkReader,
+    ColumnDigests,
+    load_digests,
+    read_verified,
+)
 from numbatraj.data.column import ColumnSpec
 from numbatraj.data.layout import StoreLayout, inspect_layout
 from numbatraj.data.stats import STAT_NAMES, STATS_GROUP
@@ -278,12 +284,13 @@ class TrajectoryStore:
             self.__dict__["_map"] = m
         return m
 
-    def _chunk_reader(self, name: str) -> ChunkReader | None:
-        """For a raw-chunked column, the reader that copies and digests whole chunks in one
-        pass from the file mapping (:class:`_FileMap`); None for the HDF5 path."""
+    def _chunk_readers(self, name: str) -> tuple[ChunkReader | None, ChunkPartReader | None]:
+        """For a raw-chunked column, the readers that copy and digest whole chunks in one
+        pass from the file mapping (:class:`_FileMap`), and that digest a chunk only partly
+        inside a read and copy just its rows; (None, None) for the HDF5 path."""
         _, raw = self._reader(name)
         if raw is None:
-            return None
+            return None, None
         cb = raw.chunk_rows * raw.row_bytes
         total = raw.n_rows * raw.row_bytes
         offs = raw.offsets
@@ -298,7 +305,19 @@ class TrajectoryStore:
             _copy_digest_chunks(m.bytes, offs, k0, k1, cb, total, dst, dig)
             return dig
 
-        return read
+        def read_part(out: np.ndarray, k: int, r0: int, r1: int) -> int:
+            # a slab's edge chunk: the digest pass leaves the chunk in cache for the copy
+            # (measured: 4096-row slabs, see docs/residency.md)
+            m = self._file_map()
+            o = int(offs[k])
+            m.check_size(o + cb)
+            n = min(cb, total - k * cb)
+            got = int(_digest_range_cpu(m.bytes, o, o + n))
+            rb = raw.row_bytes
+            out.reshape(-1).view(np.uint8)[:] = m.bytes[o + r0 * rb : o + r1 * rb]
+            return got
+
+        return read, read_part
 
     def _read_rows(self, name: str, start: int, stop: int, out: np.ndarray) -> None:
         ds, raw = self._reader(name)
@@ -344,9 +363,12 @@ class TrajectoryStore:
 
         ``0 <= start <= stop <= n_rows`` or :class:`RowIndexError`.  When ``out`` is given it
         must be C-contiguous with shape ``(stop - start, *spec.shape)`` and the column's dtype;
-        it is filled and returned.  Unfiltered columns are read with ``pread`` straight into
-        the buffer, one call per run of chunks stored back to back; compressed ones through
-        HDF5 (docs/store.md, "Measured throughput").
+        it is filled and returned.  Unfiltered columns with checksums are copied straight
+        into the buffer from a read-only mapping of the file, each chunk digested as it is
+        copied (one pass over the bytes); without checksums they are read with ``pread``,
+        one call per run of chunks stored back to back; compressed ones through HDF5
+        (docs/store.md, "Measured throughput"; docs/residency.md, "Slabs and whole
+        columns").
         """
         spec = self.spec(name)
         start, stop = int(start), int(stop)
@@ -373,8 +395,9 @@ class TrajectoryStore:
             self._read_rows(name, lo, hi, buf)
 
         cd = self._digests.get(name)
+        whole, part = self._chunk_readers(name) if cd is not None else (None, None)
         read_verified(read, name, cd, self.n_rows, start, stop, out, repr(self.path),
-                      self._chunk_reader(name) if cd is not None else None)
+                      whole, part)
 
     def episode(self, i: int) -> dict[str, np.ndarray]:
         """Every column's rows of episode ``i`` (negative ``i`` counts from the end)."""
