@@ -371,7 +371,12 @@ def merge_runs(dirs: list[Path], out_dir: Path = RESULTS) -> list[Path]:
                 for label, pts in lines.items():
                     series.setdefault(panel, {})[f"{label} [{r['threads']}]"] = [
                         (float(x), float(y)) for x, y in pts]
-        if series and ratio_chart(series, xlabel, out_dir / f"{stem}.png"):
+        if not series:
+            continue
+        # the merged series, whether or not matplotlib is here to draw them
+        _write_text(out_dir / f"{stem}.json", json.dumps({"series": series}, indent=1))
+        done.append(out_dir / f"{stem}.json")
+        if ratio_chart(series, xlabel, out_dir / f"{stem}.png"):
             done.append(out_dir / f"{stem}.png")
     return done
 
