@@ -93,10 +93,17 @@ test-lerobot:
 	    -m "not cuda" -p no:cacheprovider -q tests/lerobot
 	$(LEROBOT_VENV)/bin/python bench/lerobot_compat_check.py
 
+# The suite twice, in processes of their own: default threads, then NUMBA_NUM_THREADS=1 (as
+# a user who sets it gets; not set_num_threads(1) in-process), each run's idle and loaded
+# cases included; then one table and the ratio plots of both (bench/results/ratios.md).
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e ".[$(EXTRAS),bench]" || true
-	mkdir -p bench/results
-	$(PY) -m pytest bench --benchmark-only --benchmark-json=bench/results/benchmarks.json -s
+	mkdir -p bench/results/default bench/results/threads1
+	NUMBATRAJ_BENCH_RESULTS=bench/results/default $(PY) -m pytest bench --benchmark-only \
+	    --benchmark-json=bench/results/default/benchmarks.json -s
+	NUMBA_NUM_THREADS=1 NUMBATRAJ_BENCH_RESULTS=bench/results/threads1 $(PY) -m pytest bench \
+	    --benchmark-only --benchmark-json=bench/results/threads1/benchmarks.json -s
+	$(PY) bench/report.py --merge bench/results/default bench/results/threads1
 
 # the full integrity sweeps of issue 15: 3,200 bit flips, every injection point, 20 races
 soak: $(STAMP)

@@ -9,11 +9,18 @@ Use the ``ratios`` fixture::
 
 and, for the baseline test, ``ratios.record("gather f32", "np.take", benchmark, baseline=True)``.
 At the end of the session a table per group is printed and written to
-``bench/results/<group-file>.md``.
+``bench/results/summary.md``, and every group's figures to ``bench/results/ratios.json``.
+
+Every group is labelled with the run's thread setting (:func:`thread_setting`): ``make
+bench`` runs the suite twice, with the default and with ``NUMBA_NUM_THREADS=1`` (a process
+of its own, not ``set_num_threads(1)`` in-process), into ``bench/results/default`` and
+``bench/results/threads1`` (``NUMBATRAJ_BENCH_RESULTS``), and ``python bench/report.py
+--merge`` puts both runs' ratios side by side in one table and in the ratio plots.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +28,19 @@ from typing import Any
 
 import pytest
 
-RESULTS = Path(__file__).parent / "results"
+#: Where a run writes its figures: ``NUMBATRAJ_BENCH_RESULTS`` or ``bench/results``.
+RESULTS = Path(os.environ.get("NUMBATRAJ_BENCH_RESULTS") or Path(__file__).parent / "results")
+
+
+def thread_setting() -> str:
+    """How many threads this process's kernels may use, as every group's label says it:
+    ``NUMBA_NUM_THREADS=1`` (set in the environment) or ``default threads (n)``."""
+    import numba
+
+    n = int(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
+    if os.environ.get("NUMBA_NUM_THREADS"):
+        return f"NUMBA_NUM_THREADS={n}"
+    return f"default threads ({n})"
 
 
 def bench_scale() -> float:
@@ -64,7 +83,7 @@ class Ratios:
     def table(self, group: str) -> str:
         rows = self.groups[group]
         base = next((r for r in rows if r.baseline), None)
-        out = [f"### {group}", "", "| what | median | throughput | vs baseline | note |", "|---|---|---|---|---|"]
+        out = [f"### {group} [{thread_setting()}]", "", "| what | median | throughput | vs baseline | note |", "|---|---|---|---|---|"]
         for r in rows:
             if r.nbytes:
                 thr = f"{r.nbytes / r.seconds / (1 << 20):,.0f} MiB/s"
@@ -93,18 +112,35 @@ def _fmt_s(s: float) -> str:
 _RATIOS = Ratios()
 
 
-@pytest.fixture(scope="session")
-def ratios() -> Ratios:
+@pytest.fixture
+def ratios(benchmark: Any) -> Ratios:
+    """The session's :class:`Ratios` (one object for every test).  It requests
+    ``benchmark`` so that a test timing its contenders itself (interleaved rounds: the slab,
+    gather and replay comparisons) counts as a benchmark: ``--benchmark-only`` (and so
+    ``make bench``) used to skip every such test."""
     return _RATIOS
+
+
+def pytest_configure(config: Any) -> None:
+    # tests that time their contenders in interleaved rounds request ``benchmark`` only
+    # through ``ratios`` (so --benchmark-only runs them) and never call it
+    config.addinivalue_line(
+        "filterwarnings", "ignore:Benchmark fixture was not used at all in this test")
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if not _RATIOS.groups:
         return
-    RESULTS.mkdir(exist_ok=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
     text = "\n".join(_RATIOS.table(g) for g in _RATIOS.groups)
     terminalreporter.write_sep("=", "numbatraj figures (ratios against the same-run baseline)")
     terminalreporter.write_line(text)
     (RESULTS / "summary.md").write_text(
-        f"# Benchmark results (NUMBATRAJ_BENCH_SCALE={bench_scale()})\n\n" + text
+        f"# Benchmark results (NUMBATRAJ_BENCH_SCALE={bench_scale()}, {thread_setting()})"
+        f"\n\n" + text
     )
+    (RESULTS / "ratios.json").write_text(json.dumps({
+        "threads": thread_setting(),
+        "scale": bench_scale(),
+        "groups": {g: [r.__dict__ for r in rows] for g, rows in _RATIOS.groups.items()},
+    }, indent=1))

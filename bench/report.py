@@ -8,6 +8,10 @@ chart from the JSON::
 
     python bench/report.py [bench/results/disk_vs_resident.json]
 
+``python bench/report.py --merge [DIR ...]`` (what ``make bench`` runs last) merges the runs
+of ``bench/results/default`` and ``bench/results/threads1`` (or the DIRs) into one ratio
+table ``bench/results/ratios.md`` and the ratio plots, a line per thread setting.
+
 Every disk pattern reads through h5py on the store file, as the reference measurement did.
 """
 
@@ -309,8 +313,86 @@ def plot_ratio_files(out_dir: Path = RESULTS) -> list[Path]:
     return done
 
 
+# ---------------------------------------------------------------------- merging runs
+def _load_run(d: Path) -> dict[str, Any] | None:
+    src = d / "ratios.json"
+    return json.loads(src.read_text()) if src.exists() else None
+
+
+def merged_ratio_table(runs: list[dict[str, Any]]) -> str:
+    """One markdown table of every group of every run (``ratios.json`` of each): a row per
+    contender, a column per run's thread setting, each cell the time ratio against that
+    run's own baseline (below 1: faster than the baseline)."""
+    labels = [r["threads"] for r in runs]
+    groups: list[str] = []
+    for r in runs:
+        groups += [g for g in r["groups"] if g not in groups]
+    lines = ["| group | contender | " + " | ".join(labels) + " |",
+             "|---|---|" + "---|" * len(labels)]
+    for g in groups:
+        names: list[str] = []
+        for r in runs:
+            names += [row["name"] for row in r["groups"].get(g, []) if row["name"] not in names]
+        for name in names:
+            cells = []
+            for r in runs:
+                rows = r["groups"].get(g, [])
+                base = next((x for x in rows if x["baseline"]), None)
+                me = next((x for x in rows if x["name"] == name), None)
+                if me is None:
+                    cells.append("")
+                elif base is None or me is base:
+                    cells.append("baseline" if me is base else _fmt(me["seconds"]))
+                else:
+                    cells.append(f"{me['seconds'] / base['seconds']:.3g}x time")
+            lines.append(f"| {g} | {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def merge_runs(dirs: list[Path], out_dir: Path = RESULTS) -> list[Path]:
+    """Merge the runs in ``dirs`` (``make bench``: default threads, then
+    ``NUMBA_NUM_THREADS=1``) into ``out_dir/ratios.md`` and the ratio plots
+    ``gather.png`` (against batch size) and ``growth.png`` (against capacity), every line
+    labelled with its run's thread setting."""
+    runs = [(d, r) for d in dirs if (r := _load_run(d)) is not None]
+    if not runs:
+        return []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    done = [out_dir / "ratios.md"]
+    _write_text(done[0], "# Benchmark ratios, one run per thread setting\n\n"
+                f"Machine: {machine()}.\n\n" + merged_ratio_table([r for _, r in runs]))
+    for stem, xlabel in (("gather", "batch rows"), ("growth", "capacity (rows)")):
+        series: dict[str, dict[str, list[tuple[float, float]]]] = {}
+        for d, r in runs:
+            src = d / f"{stem}.json"
+            if not src.exists():
+                continue
+            for panel, lines in json.loads(src.read_text())["series"].items():
+                for label, pts in lines.items():
+                    series.setdefault(panel, {})[f"{label} [{r['threads']}]"] = [
+                        (float(x), float(y)) for x, y in pts]
+        if not series:
+            continue
+        # the merged series, whether or not matplotlib is here to draw them
+        _write_text(out_dir / f"{stem}.json", json.dumps({"series": series}, indent=1))
+        done.append(out_dir / f"{stem}.json")
+        if ratio_chart(series, xlabel, out_dir / f"{stem}.png"):
+            done.append(out_dir / f"{stem}.png")
+    return done
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--merge":
+        dirs = [Path(a) for a in argv[1:]] or [RESULTS / "default", RESULTS / "threads1"]
+        paths = merge_runs(dirs)
+        if not paths:
+            print(f"no ratios.json under {', '.join(map(str, dirs))}; run `make bench`")
+            return 1
+        for p in paths:
+            print(f"wrote {p}")
+        print(paths[0].read_text())
+        return 0
     for p in plot_ratio_files():
         print(f"wrote {p}")
     src = Path(argv[0]) if argv else RESULTS / "disk_vs_resident.json"

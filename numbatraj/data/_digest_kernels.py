@@ -128,3 +128,47 @@ def _stream_final(lanes, pending, meta):  # type: ignore[no-untyped-def]
     h = (h ^ (h >> np.uint64(30))) * _M1
     h = (h ^ (h >> np.uint64(27))) * _M2
     return h ^ (h >> np.uint64(31))
+
+
+@njit_kernel
+def _copy_digest_chunks(src, offsets, k0, k1, chunk_bytes, total_bytes, dst, digests):  # type: ignore[no-untyped-def]
+    """Copy stored chunks ``k0 .. k1-1`` (chunk ``k``: ``min(chunk_bytes, total_bytes -
+    k*chunk_bytes)`` bytes at ``src[offsets[k]:]``) back to back into ``dst`` and set
+    ``digests[k - k0]`` to each chunk's digest (equal to :func:`_digest_range_cpu` of the
+    copied bytes), in one pass: every word is digested as it is copied, so the bytes are
+    read from memory once (a copy followed by a digest pass reads them twice)."""
+    pos = 0
+    for k in range(k0, k1):
+        n = min(chunk_bytes, total_bytes - k * chunk_bytes)
+        so = offsets[k]
+        n_blocks = n // 32
+        a0 = _S0
+        a1 = _S1
+        a2 = _S2
+        a3 = _S3
+        if n_blocks:
+            w = src[so : so + n_blocks * 32].view(np.uint64)
+            d = dst[pos : pos + n_blocks * 32].view(np.uint64)
+            for i in range(n_blocks):
+                x0 = w[4 * i]
+                x1 = w[4 * i + 1]
+                x2 = w[4 * i + 2]
+                x3 = w[4 * i + 3]
+                d[4 * i] = x0
+                d[4 * i + 1] = x1
+                d[4 * i + 2] = x2
+                d[4 * i + 3] = x3
+                a0 = (a0 ^ x0) * _P
+                a1 = (a1 ^ x1) * _P
+                a2 = (a2 ^ x2) * _P
+                a3 = (a3 ^ x3) * _P
+        for j in range(n_blocks * 32, n):
+            x = src[so + j]
+            dst[pos + j] = x
+            a0 = (a0 ^ np.uint64(x)) * _P
+        h = a0 ^ (a1 * np.uint64(3)) ^ (a2 * np.uint64(5)) ^ (a3 * np.uint64(7))
+        h ^= np.uint64(n)
+        h = (h ^ (h >> np.uint64(30))) * _M1
+        h = (h ^ (h >> np.uint64(27))) * _M2
+        digests[k - k0] = h ^ (h >> np.uint64(31))
+        pos += n

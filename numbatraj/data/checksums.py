@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import h5py
 import numpy as np
 
-from numbatraj._jit import CONCURRENT_PARALLEL_OK, PARALLEL_LOCK
+from numbatraj._jit import parallel_region, parallel_threads
 from numbatraj.data._digest_kernels import (
     _digest_chunks_cpu,
     _digest_chunks_par,
@@ -45,6 +45,8 @@ __all__ = [
     "CHECKSUM_GROUP",
     "ChunkDigester",
     "ColumnDigests",
+    "ChunkPartReader",
+    "ChunkReader",
     "RowReader",
     "dataset_reader",
     "digest_bytes",
@@ -60,8 +62,6 @@ ALGORITHM = "nbh64"
 CHECKSUM_GROUP = "__checksums__"
 MANIFEST_DIGEST_KEY = "manifest_digest"
 
-#: Buffers at least this large are digested on all cores.
-_PARALLEL_BYTES = 16 << 20
 
 
 def _as_bytes(arr: np.ndarray) -> np.ndarray:
@@ -76,12 +76,12 @@ def digest_chunks(buf: np.ndarray, chunk_bytes: int) -> np.ndarray:
     out = np.empty(-(-b.size // cb) if b.size else 0, np.uint64)
     if not out.size:
         return out
-    if b.size >= _PARALLEL_BYTES and out.size > 1:
-        if CONCURRENT_PARALLEL_OK:
+    # the project's thread policy (numbatraj._jit): on the calling thread unless
+    # set_num_threads(n > 1) said the cores are ours (a parallel region waits for its
+    # slowest worker, which on a busy machine waits for a core)
+    if out.size > 1 and parallel_threads(b.size) > 1:
+        with parallel_region():
             _digest_chunks_par(b, cb, out)
-        else:
-            with PARALLEL_LOCK:
-                _digest_chunks_par(b, cb, out)
     else:
         _digest_chunks_cpu(b, cb, out)
     return out
@@ -276,6 +276,17 @@ def _corrupt(where: str, name: str, bad: list[tuple[int, int, int]]) -> Integrit
 RowReader = Callable[[np.ndarray, int, int], None]
 
 
+#: ``read(out, k0, k1)``: stored chunks ``k0 .. k1-1`` of one column back to back into the
+#: C-contiguous ``out``, returning their digests (uint64 ``(k1 - k0,)``) computed from the
+#: bytes as they were copied.
+ChunkReader = Callable[[np.ndarray, int, int], np.ndarray]
+
+
+#: ``read(out, k, r0, r1)``: rows ``r0:r1`` of stored chunk ``k`` into ``out``, returning the
+#: digest of the whole chunk.
+ChunkPartReader = Callable[[np.ndarray, int, int, int], int]
+
+
 def dataset_reader(ds: h5py.Dataset) -> RowReader:
     """The plain :data:`RowReader` of an HDF5 dataset (``read_direct``)."""
 
@@ -294,16 +305,35 @@ def _read(read: RowReader, out: np.ndarray, lo: int, hi: int, where: str, name: 
         ) from exc
 
 
+def _read_chunks(read: ChunkReader, out: np.ndarray, cd: ColumnDigests, k0: int, k1: int,
+                 n_rows: int, where: str, name: str) -> list[tuple[int, int, int]]:
+    try:
+        got = read(out, k0, k1)
+    except (OSError, RuntimeError, KeyError, ValueError) as exc:
+        lo, hi = cd.rows(k0, n_rows)[0], cd.rows(k1 - 1, n_rows)[1]
+        raise IntegrityError(
+            f"{where}: column {name!r} rows {lo}..{hi - 1} cannot be read: {exc}"
+        ) from exc
+    bad = np.flatnonzero(got != cd.digests[k0:k1])
+    return [(k0 + int(k), *cd.rows(k0 + int(k), n_rows)) for k in bad]
+
+
 def read_verified(
     read: RowReader, name: str, cd: ColumnDigests | None, n_rows: int,
     start: int, stop: int, out: np.ndarray, where: str,
+    read_chunks: ChunkReader | None = None,
+    read_part: ChunkPartReader | None = None,
 ) -> None:
     """Read rows ``start:stop`` with ``read`` into ``out`` and check every chunk they touch.
 
     ``read`` is how the store reads rows (``pread`` on raw chunks, or HDF5's
     ``read_direct``): every read path goes through here, so none bypasses the digests.
     Whole chunks are read straight into ``out`` and checked there; a chunk only partly
-    inside the range is read whole into a scratch buffer first.  Raises
+    inside the range is read whole into a scratch buffer first.  ``read_chunks``, when
+    given, reads whole stored chunks and digests them in the same pass (the store's raw
+    path); the digests are then checked without a second sweep over ``out``.  ``read_part``,
+    when given, serves a chunk only partly inside the range: it digests the whole stored
+    chunk and copies only the rows asked for, with no scratch buffer.  Raises
     :class:`IntegrityError` naming the column and rows of a chunk that fails (or that
     cannot be read or decoded).
     """
@@ -319,15 +349,32 @@ def read_verified(
     bad: list[tuple[int, int, int]] = []
     for k in sorted({k0, k1} - set(range(ka, kb + 1))):
         lo, hi = cd.rows(k, n_rows)
-        scratch = np.empty((hi - lo, *out.shape[1:]), out.dtype)
-        _read(read, scratch, lo, hi, where, name)
-        bad += verify_chunks(name, cd, k, scratch, n_rows)
         s, e = max(lo, start), min(hi, stop)
+        if read_part is not None:
+            # digest the whole chunk where it lies, copy only the rows asked for
+            try:
+                got = read_part(out[s - start : e - start], k, s - lo, e - lo)
+            except (OSError, RuntimeError, KeyError, ValueError) as exc:
+                raise IntegrityError(
+                    f"{where}: column {name!r} rows {lo}..{hi - 1} cannot be read: {exc}"
+                ) from exc
+            if got != cd.digests[k]:
+                bad.append((k, lo, hi))
+            continue
+        scratch = np.empty((hi - lo, *out.shape[1:]), out.dtype)
+        if read_chunks is not None:
+            bad += _read_chunks(read_chunks, scratch, cd, k, k + 1, n_rows, where, name)
+        else:
+            _read(read, scratch, lo, hi, where, name)
+            bad += verify_chunks(name, cd, k, scratch, n_rows)
         out[s - start : e - start] = scratch[s - lo : e - lo]
     if ka <= kb:
         lo, hi = ka * c, min((kb + 1) * c, n_rows)
         part = out[lo - start : hi - start]
-        _read(read, part, lo, hi, where, name)
-        bad += verify_chunks(name, cd, ka, part, n_rows)
+        if read_chunks is not None:
+            bad += _read_chunks(read_chunks, part, cd, ka, kb + 1, n_rows, where, name)
+        else:
+            _read(read, part, lo, hi, where, name)
+            bad += verify_chunks(name, cd, ka, part, n_rows)
     if bad:
         raise _corrupt(where, name, sorted(bad))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 from types import TracebackType
 from typing import Any
@@ -9,7 +10,14 @@ from typing import Any
 import h5py
 import numpy as np
 
-from numbatraj.data.checksums import ColumnDigests, load_digests, read_verified
+from numbatraj.data._digest_kernels import _copy_digest_chunks, _digest_range_cpu
+from numbatraj.data.checksums import (
+    ChunkPartReader,
+    ChunkReader,
+    ColumnDigests,
+    load_digests,
+    read_verified,
+)
 from numbatraj.data.column import ColumnSpec
 from numbatraj.data.layout import StoreLayout, inspect_layout
 from numbatraj.data.stats import STAT_NAMES, STATS_GROUP
@@ -33,6 +41,44 @@ def _inspect_checked(
     except (OSError, RuntimeError, KeyError, ValueError, TypeError) as exc:
         raise IntegrityError(f"{where} cannot be read as a store: {exc}") from exc
     return layout, problems + more, digests
+
+
+class _FileMap:
+    """The store file mapped read-only: what the raw chunk reads copy from.
+
+    Why a mapping and not ``pread``: with checksums on, every chunk read must also be
+    digested.  ``pread`` copies the page cache into ``out`` and a second pass then reads
+    ``out`` again for the digest; measured on a warm 1.04 GB column (bench/test_store_io.py,
+    the issue 14 note), the read alone ran at 1.07x h5py's contiguous read and read + digest
+    at 0.63x, and digesting each chunk right after its pread did not help (the kernel's
+    copy does not leave the chunk in cache: 0.44-0.60x for 1 to 40 chunks per pread).  One
+    pass that copies each word from the mapping and digests it on the way
+    (``_copy_digest_chunks``) reads the bytes once: 0.92-0.98x.
+
+    The mapping lives as long as the store is open; :meth:`TrajectoryStore.close` drops it
+    (unmapped once no read is still using it).  Its pages are faulted in by the first read
+    that touches them and stay mapped: a first ``load_column`` through page faults ran at
+    0.80x h5py's speed, later ones at 0.98x.  ``madvise(MADV_POPULATE_READ)`` before each
+    read made first reads faster (0.92x) but every later one slower (it walks the page
+    tables again: 180 ms against 136 ms for the column, and slower 4096-row slabs), so
+    it is not used.  The file's size is checked before every
+    read, so a store truncated in place raises :class:`IntegrityError` instead of faulting
+    (a truncation racing with a read is not caught: numbatraj never modifies a published
+    file, it publishes a new one by rename).
+    """
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._mm = mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        self.size = len(self._mm)
+        self.bytes = np.frombuffer(self._mm, np.uint8)
+
+    def check_size(self, end: int) -> None:
+        """Raise OSError when the file (now, or as mapped) ends before byte ``end``."""
+        now = os.fstat(self.fd).st_size
+        if end > min(now, self.size):
+            raise OSError(f"the file is {now} bytes but its chunk index places data up to "
+                          f"byte {end}: it was truncated")
 
 
 def _reopen(path: str, chunk_cache_bytes: int) -> TrajectoryStore:
@@ -229,6 +275,51 @@ class TrajectoryStore:
         cache[name] = (ds, raw)
         return ds, raw
 
+    def _file_map(self) -> _FileMap:
+        m: _FileMap | None = self.__dict__.get("_map")
+        if m is None:
+            if self._f is None:
+                raise ValueError(f"store {self.path!r} is closed")
+            m = _FileMap(int(self._f.id.get_vfd_handle()))
+            self.__dict__["_map"] = m
+        return m
+
+    def _chunk_readers(self, name: str) -> tuple[ChunkReader | None, ChunkPartReader | None]:
+        """For a raw-chunked column, the readers that copy and digest whole chunks in one
+        pass from the file mapping (:class:`_FileMap`), and that digest a chunk only partly
+        inside a read and copy just its rows; (None, None) for the HDF5 path."""
+        _, raw = self._reader(name)
+        if raw is None:
+            return None, None
+        cb = raw.chunk_rows * raw.row_bytes
+        total = raw.n_rows * raw.row_bytes
+        offs = raw.offsets
+
+        def read(out: np.ndarray, k0: int, k1: int) -> np.ndarray:
+            m = self._file_map()
+            dst = out.reshape(-1).view(np.uint8)
+            if dst.size != min(total, k1 * cb) - k0 * cb:
+                raise ValueError(f"chunks {k0}..{k1 - 1} do not fill {dst.size} bytes")
+            m.check_size(int(offs[k0:k1].max()) + cb)
+            dig = np.empty(k1 - k0, np.uint64)
+            _copy_digest_chunks(m.bytes, offs, k0, k1, cb, total, dst, dig)
+            return dig
+
+        def read_part(out: np.ndarray, k: int, r0: int, r1: int) -> int:
+            # a slab's edge chunk: digested where it lies, which leaves it in cache for the
+            # copy of the rows asked for; 4096-row slabs took 0.64x h5py's time this way,
+            # 0.74x through a scratch chunk, 0.96x by pread + digest (docs/residency.md)
+            m = self._file_map()
+            o = int(offs[k])
+            m.check_size(o + cb)
+            n = min(cb, total - k * cb)
+            got = int(_digest_range_cpu(m.bytes, o, o + n))
+            rb = raw.row_bytes
+            out.reshape(-1).view(np.uint8)[:] = m.bytes[o + r0 * rb : o + r1 * rb]
+            return got
+
+        return read, read_part
+
     def _read_rows(self, name: str, start: int, stop: int, out: np.ndarray) -> None:
         ds, raw = self._reader(name)
         if raw is not None:
@@ -273,9 +364,12 @@ class TrajectoryStore:
 
         ``0 <= start <= stop <= n_rows`` or :class:`RowIndexError`.  When ``out`` is given it
         must be C-contiguous with shape ``(stop - start, *spec.shape)`` and the column's dtype;
-        it is filled and returned.  Unfiltered columns are read with ``pread`` straight into
-        the buffer, one call per run of chunks stored back to back; compressed ones through
-        HDF5 (docs/store.md, "Measured throughput").
+        it is filled and returned.  Unfiltered columns with checksums are copied straight
+        into the buffer from a read-only mapping of the file, each chunk digested as it is
+        copied (one pass over the bytes); without checksums they are read with ``pread``,
+        one call per run of chunks stored back to back; compressed ones through HDF5
+        (docs/store.md, "Measured throughput"; docs/residency.md, "Slabs and whole
+        columns").
         """
         spec = self.spec(name)
         start, stop = int(start), int(stop)
@@ -301,8 +395,10 @@ class TrajectoryStore:
         def read(buf: np.ndarray, lo: int, hi: int) -> None:
             self._read_rows(name, lo, hi, buf)
 
-        read_verified(read, name, self._digests.get(name), self.n_rows, start, stop, out,
-                      repr(self.path))
+        cd = self._digests.get(name)
+        whole, part = self._chunk_readers(name) if cd is not None else (None, None)
+        read_verified(read, name, cd, self.n_rows, start, stop, out, repr(self.path),
+                      whole, part)
 
     def episode(self, i: int) -> dict[str, np.ndarray]:
         """Every column's rows of episode ``i`` (negative ``i`` counts from the end)."""
@@ -321,6 +417,10 @@ class TrajectoryStore:
         return (_reopen, (self.path, self._chunk_cache_bytes))
 
     def close(self) -> None:
+        # the mapping is not closed here: a read still copying from it on another thread
+        # keeps it alive, and it is unmapped when the last reference goes
+        self.__dict__.pop("_map", None)
+        self.__dict__.pop("_read_cache", None)
         if self._f is not None:
             self._f.close()
             self._f = None

@@ -36,3 +36,30 @@ def test_streaming_digester_equals_one_shot_whatever_the_split(rng, row_bytes, c
         for a, b in zip([0, *cuts], [*cuts, n]):
             d.feed(rows[a:b])
         np.testing.assert_array_equal(d.finish(), want)
+
+
+@pytest.mark.parametrize("chunk_bytes,total", [(64, 64 * 5), (96, 96 * 4 + 40), (40, 40 * 3 + 7),
+                                               (7, 7 * 6 + 3)])
+def test_copy_digest_chunks_equals_a_copy_and_the_reference_digest(rng, chunk_bytes, total):
+    """The one-pass copy + digest of the store's raw read path: chunks at scattered (and
+    unaligned) offsets, a shorter last chunk; bytes equal a plain slice copy, digests equal
+    the plain-Python nbh64 of each chunk."""
+    from numbatraj.data._digest_kernels import _copy_digest_chunks
+
+    n_chunks = -(-total // chunk_bytes)
+    src = rng.integers(0, 256, n_chunks * chunk_bytes * 3 + 13, dtype=np.uint8)
+    offsets = np.sort(rng.choice(np.arange(0, src.size - chunk_bytes, chunk_bytes + 3),
+                                 n_chunks, replace=False)).astype(np.int64) + 5
+    for k0, k1 in [(0, n_chunks), (1, n_chunks), (0, 1), (n_chunks - 1, n_chunks)]:
+        want_bytes = b"".join(
+            src[o : o + min(chunk_bytes, total - k * chunk_bytes)].tobytes()
+            for k, o in zip(range(k0, k1), offsets[k0:k1]))
+        dst = np.zeros(len(want_bytes), np.uint8)
+        got = np.zeros(k1 - k0, np.uint64)
+        _copy_digest_chunks(src, offsets, k0, k1, chunk_bytes, total, dst, got)
+        assert dst.tobytes() == want_bytes
+        pos = 0
+        for k in range(k0, k1):
+            n = min(chunk_bytes, total - k * chunk_bytes)
+            assert int(got[k - k0]) == digest_ref(want_bytes[pos : pos + n])
+            pos += n

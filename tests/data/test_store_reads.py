@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import h5py
 import numpy as np
 import pytest
@@ -116,3 +118,28 @@ def test_raw_map_refuses_what_it_cannot_read(tmp_path):
         out = np.zeros((10, 2), np.float32)
         raw.read_into(f.id.get_vfd_handle(), 0, 10, out)
         assert np.all(out == 1)
+
+
+def test_a_store_truncated_in_place_after_open_raises_integrity_error(tmp_path, rng):
+    """The raw path copies from a mapping of the file: a file cut short under an open store
+    is an IntegrityError naming the column and rows (never a SIGBUS), and the rows the file
+    still holds read as before."""
+    from numbatraj import IntegrityError
+
+    path = tmp_path / "t.h5"
+    expected = write_store(path, COLS[:1], [400], rng, append_rows=64, chunk_rows={"state": 16})
+    with TrajectoryStore(path) as s:
+        np.testing.assert_array_equal(s.load_column("state"), expected["state"])
+        ds, raw = s._reader("state")
+        assert raw is not None
+        cut = int(raw.offsets.max())  # the chunk stored last loses its bytes
+        last = int(np.argmax(raw.offsets))
+        os.truncate(path, cut + 8)
+        with pytest.raises(IntegrityError, match="'state' rows .* truncated"):
+            s.load_column("state")
+        lo = 16 * last
+        with pytest.raises(IntegrityError, match="truncated"):
+            s.read_range("state", lo, lo + 1)
+        first = int(np.argmin(raw.offsets))
+        np.testing.assert_array_equal(s.read_range("state", 16 * first, 16 * first + 16),
+                                      expected["state"][16 * first : 16 * first + 16])
