@@ -100,17 +100,21 @@ def interleaved(fns: dict[str, Any], setup: Callable[[], Any] | None,
                 rounds: int) -> dict[str, float]:
     """Median seconds of each ``fns[name]()`` over ``rounds`` interleaved rounds.
 
-    Every round calls each function once, in an order rotated from round to round, with
-    ``setup()`` (fresh indices, say) untimed before each call: drifting machine load then
-    hits every contender alike, which is why the ratios are trusted over single figures.
+    Every round calls each function once, in an order shuffled from round to round (a
+    fixed seed), with ``setup()`` (fresh indices, say) untimed before each call: drifting
+    machine load then hits every contender alike, which is why the ratios are trusted over
+    single figures.  Shuffled, not rotated: a rotation keeps every contender behind the same
+    neighbour, and on a loaded machine the call after a long one (cpprb's 30 ms prioritized
+    update) is the one the scheduler preempts, so one contender took that hit every round.
     A value may also be ``(fn, before, after)``: ``before()`` and ``after()`` run untimed
     around that call (``numbatraj.set_num_threads(1)`` and back, say).
     """
     names = list(fns)
     times: dict[str, list[float]] = {n: [] for n in names}
-    for r in range(rounds):
-        k = r % len(names)
-        for n in names[k:] + names[:k]:
+    order = np.random.default_rng(0)
+    for _ in range(rounds):
+        for j in order.permutation(len(names)):
+            n = names[j]
             f = fns[n]
             fn, before, after = f if isinstance(f, tuple) else (f, None, None)
             if setup is not None:
