@@ -39,8 +39,15 @@ def no_xet(monkeypatch, tmp_path):
 
 
 @pytest.fixture()
-def hub():
+def hub(monkeypatch):
+    import huggingface_hub.constants as constants
+
     with HubStub(token=TOKEN) as stub:
+        # what huggingface_hub sends to its import-time ENDPOINT on its own (2.x: an "agent
+        # harness" registry) goes to the stub, not the public Hub
+        monkeypatch.setattr(constants, "ENDPOINT", stub.url)
+        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE",
+                            stub.url + "/{repo_id}/resolve/{revision}/{filename}")
         yield stub
 
 
