@@ -30,6 +30,7 @@ _MIN_MODULES = {
     "io/test_archive.py",
     "lerobot/test_lerobot_import.py",
     "lerobot/test_lerobot_hub_cache.py",
+    "lerobot/test_lerobot_push.py",
     "lerobot/test_lerobot_writer.py",
     "importers/test_diffusion_policy.py",
     "importers/test_minari.py",

@@ -32,9 +32,20 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["HubStub", "StubRepo"]
+__all__ = ["HubStub", "StubRepo", "no_public_hub"]
 
 _LFS_SUFFIXES = (".mp4", ".parquet")
+
+
+def no_public_hub(monkeypatch: Any) -> None:
+    """Stop what huggingface_hub 2.x sends on its own to the ``ENDPOINT`` it read at import
+    (the public Hub, whatever ``HF_ENDPOINT`` says now): its daily fetch of an "agent
+    harness" registry for the User-Agent.  Older releases have no such request."""
+    try:
+        from huggingface_hub.utils import _detect_agent
+    except ImportError:
+        return
+    monkeypatch.setattr(_detect_agent, "_fetch_registry", lambda: None, raising=False)
 
 
 def git_blob_sha1(data: bytes) -> str:

@@ -148,7 +148,7 @@ def served(homes, monkeypatch):
     download landing there shows numbatraj passes the cache it searches."""
     import huggingface_hub.constants as constants
 
-    from tests.hubstub import HubStub
+    from tests.hubstub import HubStub, no_public_hub
 
     monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
@@ -157,13 +157,9 @@ def served(homes, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     with HubStub(token=TOKEN) as stub:
         monkeypatch.setenv("HF_ENDPOINT", stub.url)
-        # huggingface_hub read HF_ENDPOINT at its import: whatever it sends on its own (2.x
-        # fetches an "agent harness" registry from its ENDPOINT) goes to the stub too
-        monkeypatch.setattr(constants, "ENDPOINT", stub.url)
-        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE",
-                            stub.url + "/{repo_id}/resolve/{revision}/{filename}")
-        # and its import-time cache is a directory of its own, so a download that did not
-        # go to $HF_HUB_CACHE lands there (and never in the real home)
+        no_public_hub(monkeypatch)
+        # huggingface_hub's import-time cache is a directory of its own: a download that
+        # did not go to $HF_HUB_CACHE lands there (and never in the real home)
         monkeypatch.setattr(constants, "HF_HUB_CACHE", str(homes / "import-time-hub"))
         yield stub
 

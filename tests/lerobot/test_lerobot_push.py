@@ -14,7 +14,7 @@ from numbatraj.errors import LeRobotFormatError
 from numbatraj.io.atomic import is_temp_name
 from numbatraj.lerobot.hub import HubPushError, collect_files, push_lerobot_dataset
 from numbatraj.lerobot.write import LeRobotWriter
-from tests.hubstub import HubStub, StubRepo
+from tests.hubstub import HubStub, StubRepo, no_public_hub
 from tests.lerobot.test_lerobot_writer_support import (
     Recorded,
     add_episodes,
@@ -40,14 +40,8 @@ def no_xet(monkeypatch, tmp_path):
 
 @pytest.fixture()
 def hub(monkeypatch):
-    import huggingface_hub.constants as constants
-
     with HubStub(token=TOKEN) as stub:
-        # what huggingface_hub sends to its import-time ENDPOINT on its own (2.x: an "agent
-        # harness" registry) goes to the stub, not the public Hub
-        monkeypatch.setattr(constants, "ENDPOINT", stub.url)
-        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE",
-                            stub.url + "/{repo_id}/resolve/{revision}/{filename}")
+        no_public_hub(monkeypatch)
         yield stub
 
 
