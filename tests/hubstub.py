@@ -288,7 +288,10 @@ class HubStub:
             if rid in self.repos:
                 return 409, {"error": "You already created this dataset repo",
                              "url": f"{self.url}/datasets/{rid}"}
-            self.repos[rid] = StubRepo(private=doc.get("visibility", "public") == "private")
+            # huggingface_hub 2.x sends "visibility"; 1.x sent "private": the Hub takes both
+            private = (doc["visibility"] == "private" if "visibility" in doc
+                       else bool(doc.get("private")))
+            self.repos[rid] = StubRepo(private=private)
             return 200, {"url": f"{self.url}/datasets/{rid}"}
         if method == "POST" and path == "/api/validate-yaml":
             return 200, {"errors": [], "warnings": []}
