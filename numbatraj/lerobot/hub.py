@@ -26,8 +26,8 @@ every data and video file its episode table names is there (an interrupted downl
    the shared cache, where the next tool finds it.  ``HF_HUB_OFFLINE`` is honoured (nothing
    is fetched; the error lists the places tried), and so are ``HF_ENDPOINT`` and the token
    (``HF_TOKEN``, or the hf CLI's login), all read at the call (huggingface_hub itself reads
-   ``HF_HUB_CACHE`` and ``HF_ENDPOINT`` once, at its import).  huggingface_hub writes blobs under temporary names
-   and links a snapshot file only once it is complete.
+   ``HF_HUB_CACHE`` and ``HF_ENDPOINT`` once, at its import).  huggingface_hub writes blobs
+   under temporary names and links a snapshot file only once it is complete.
 
 Pushing a directory
 -------------------
