@@ -14,7 +14,8 @@ _CUDA_DIR = Path(__file__).parent / "cuda"
 
 # The subset `make test-min` runs against the minimum versions setup.cfg declares (marked
 # `min`): the store, samplers and replay on the oldest numpy/numba/h5py, and every module
-# that touches an extra's dependency (Parquet, video, the Hub, zarr, gymnasium).
+# that touches an extra's dependency (Parquet, video, the Hub, zarr, gymnasium, the catalog
+# server and client).
 _MIN_MODULES = {
     "test_cli.py",
     "data/test_store_roundtrip.py",
@@ -29,11 +30,30 @@ _MIN_MODULES = {
     "io/test_archive.py",
     "lerobot/test_lerobot_import.py",
     "lerobot/test_lerobot_hub_cache.py",
+    "lerobot/test_lerobot_push.py",
     "lerobot/test_lerobot_writer.py",
     "importers/test_diffusion_policy.py",
     "importers/test_minari.py",
     "gym/test_recorder.py",
     "gym/test_spaces.py",
+    # the catalog service (starlette, uvicorn and its h11 protocol, anyio, sqlalchemy, boto3
+    # against the S3 stand-in) and its client (requests, zstandard, python-dotenv)
+    "catalog/test_service.py",
+    "catalog/test_db.py",
+    "catalog/test_objects.py",
+    "catalog/test_keys_migrations.py",
+    "catalog/test_winner.py",
+    "catalog/test_recordings.py",
+    "catalog/test_auth.py",
+    "catalog/test_probes.py",
+    "catalog/test_protocol.py",
+    "remote/test_roundtrip.py",
+    "remote/test_client_cli.py",
+    "remote/test_artifacts.py",
+    "remote/test_assets_pull.py",
+    "remote/test_assets_kv.py",
+    "remote/test_assets_source.py",
+    "remote/test_multipart.py",
 }
 
 

@@ -25,8 +25,9 @@ every data and video file its episode table names is there (an interrupted downl
 5. Otherwise a download with ``huggingface_hub.snapshot_download`` (the ``hub`` extra) into
    the shared cache, where the next tool finds it.  ``HF_HUB_OFFLINE`` is honoured (nothing
    is fetched; the error lists the places tried), and so are ``HF_ENDPOINT`` and the token
-   (``HF_TOKEN``, or the hf CLI's login).  huggingface_hub writes blobs under temporary names
-   and links a snapshot file only once it is complete.
+   (``HF_TOKEN``, or the hf CLI's login), all read at the call (huggingface_hub itself reads
+   ``HF_HUB_CACHE`` and ``HF_ENDPOINT`` once, at its import).  huggingface_hub writes blobs
+   under temporary names and links a snapshot file only once it is complete.
 
 Pushing a directory
 -------------------
@@ -202,7 +203,13 @@ def _download(repo_id: str, revision: str | None) -> str:
     revs = _revisions(revision)
     for i, rev in enumerate(revs):
         try:
-            root = str(snapshot_download(repo_id, repo_type="dataset", revision=rev))
+            # The cache and endpoint as they are now: huggingface_hub reads HF_HUB_CACHE,
+            # HF_HOME and HF_ENDPOINT once, at its import, so a process that set them later
+            # would otherwise download where the search above never looks.
+            root = str(snapshot_download(
+                repo_id, repo_type="dataset", revision=rev, cache_dir=hub_caches()[-1],
+                endpoint=os.environ.get("HF_ENDPOINT") or None,
+            ))
         except RevisionNotFoundError as exc:
             if i + 1 < len(revs):
                 log.info("%s has no %s tag; using %s", repo_id, rev, revs[i + 1])

@@ -14,7 +14,7 @@ from numbatraj.errors import LeRobotFormatError
 from numbatraj.io.atomic import is_temp_name
 from numbatraj.lerobot.hub import HubPushError, collect_files, push_lerobot_dataset
 from numbatraj.lerobot.write import LeRobotWriter
-from tests.hubstub import HubStub, StubRepo
+from tests.hubstub import HubStub, StubRepo, no_public_hub
 from tests.lerobot.test_lerobot_writer_support import (
     Recorded,
     add_episodes,
@@ -39,8 +39,9 @@ def no_xet(monkeypatch, tmp_path):
 
 
 @pytest.fixture()
-def hub():
+def hub(monkeypatch):
     with HubStub(token=TOKEN) as stub:
+        no_public_hub(monkeypatch)
         yield stub
 
 
