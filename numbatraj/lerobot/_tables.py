@@ -257,11 +257,26 @@ def codec_options(encoder: str, crf: int | None = None) -> dict[str, Any]:
     return opts
 
 
-def encoder_options(encoder: str, opts: Mapping[str, Any]) -> dict[str, Any]:
-    """``opts`` as the PyAV encoder takes them (``fast_decode`` -> ``svtav1-params``)."""
+#: Frames at most this wide are encoded by SVT-AV1 on one thread (``lp=1``): the SVT-AV1
+#: inside PyAV 15.0/15.1's wheels dies of SIGFPE on frames 24 px wide or narrower when it
+#: runs more than one thread (PyAV 16/17 hang instead); 25 px and wider, and ``lp=1`` at
+#: any size, encode (measured with PyAV 15.0, 15.1, 16.0.1, 17.0.0, 18.1.0).
+SVTAV1_ONE_THREAD_WIDTH = 24
+
+
+def encoder_options(encoder: str, opts: Mapping[str, Any],
+                    width: int | None = None) -> dict[str, Any]:
+    """``opts`` as the PyAV encoder takes them (``fast_decode`` -> ``svtav1-params``; a
+    frame ``width`` up to :data:`SVTAV1_ONE_THREAD_WIDTH` adds ``lp=1``)."""
     out = {k: v for k, v in opts.items() if k != "fast_decode" and v is not None}
-    if encoder == "libsvtav1" and opts.get("fast_decode") is not None:
-        out["svtav1-params"] = f"fast-decode={int(opts['fast_decode'])}"
+    if encoder == "libsvtav1":
+        params = []
+        if opts.get("fast_decode") is not None:
+            params.append(f"fast-decode={int(opts['fast_decode'])}")
+        if width is not None and width <= SVTAV1_ONE_THREAD_WIDTH:
+            params.append("lp=1")
+        if params:
+            out["svtav1-params"] = ":".join(params)
     return out
 
 

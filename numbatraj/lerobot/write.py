@@ -206,7 +206,8 @@ class LeRobotWriter:
         )
         self._videos = [
             CameraFiles(
-                self.root, key, self.encoder, encoder_options(self.encoder, self.options),
+                self.root, key, self.encoder, encoder_options(self.encoder, self.options,
+                                                 self.width),
                 self.fps, self.width, self.height, self.video_mb * _MB, self.checkpoint,
                 file_key=state.video_keys.get(key, (0, 0)),
             )

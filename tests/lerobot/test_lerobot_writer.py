@@ -271,3 +271,39 @@ def test_video_is_durable_before_the_metadata_naming_it(tmp_path, monkeypatch):
         renamed = events.index(("replace", mp4))
         dir_synced = events.index(("fsync", os.path.dirname(mp4)), renamed)
         assert synced < renamed < dir_synced < info, (synced, renamed, dir_synced, info)
+
+
+_NARROW_SCRIPT = """
+import sys
+import numpy as np
+from numbatraj.lerobot import import_lerobot_v3
+from numbatraj.lerobot.write import LeRobotWriter
+from numbatraj import TrajectoryStore
+root, out = sys.argv[1], sys.argv[2]
+frames = []
+with LeRobotWriter(root, 30, ["a", "b"], ["a"], ["cam"], 12, 16, codec="libsvtav1") as w:
+    w.begin_episode("narrow frames")
+    for k in range(6):
+        img = np.full((12, 16, 3), 20 * k, np.uint8)
+        frames.append(img)
+        w.add_frame(np.zeros(2, np.float32), np.zeros(1, np.float32), {"cam": img})
+    w.end_episode()
+import_lerobot_v3(root, out, height=12, width=16)
+with TrajectoryStore(out) as s:
+    got = s.load_column("images")[:, 0].transpose(0, 2, 3, 1).astype(int)
+err = np.abs(got - np.stack(frames).astype(int)).mean()
+assert err < 8, err
+print("ok", err)
+"""
+
+
+@pytest.mark.min
+@pytest.mark.skipif("libsvtav1" not in CODECS, reason="no libsvtav1 in this PyAV build")
+def test_svtav1_frames_narrower_than_25_px_encode(tmp_path):
+    """16x12 frames through SVT-AV1: the writer encodes them on one thread (PyAV 15's
+    SVT-AV1 dies of SIGFPE on frames <= 24 px wide with threads; 16/17 hang).  In a child
+    process, so a crash fails this test instead of the whole suite."""
+    r = subprocess.run([sys.executable, "-c", _NARROW_SCRIPT, str(tmp_path / "ds"),
+                        str(tmp_path / "out.h5")], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert r.stdout.startswith("ok")
