@@ -42,7 +42,7 @@ EXTRA_MODULES: dict[str, frozenset[str]] = {
     "lerobot": frozenset({"pyarrow", "av", "PIL", "tqdm", "platformdirs"}),
     "remote": frozenset(
         {"requests", "boto3", "botocore", "zstandard", "tqdm", "dotenv", "platformdirs",
-         "starlette", "uvicorn", "h11", "sqlalchemy", "httpx", "anyio"}
+         "starlette", "uvicorn", "h11", "sqlalchemy", "httpx", "anyio", "urllib3"}
     ),
     "hub": frozenset({"huggingface_hub", "dotenv", "platformdirs"}),
     "importers": frozenset({"zarr", "numcodecs", "PIL", "tqdm"}),
