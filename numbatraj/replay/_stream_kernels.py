@@ -280,8 +280,9 @@ def nstep_gather_cpu(idx, n, gamma, reward, rq, rlow, rstep, done, trunc, ring_b
 
     Per lane, the lines it will read are prefetched :data:`NSTEP_AHEAD` lanes ahead: words
     ``[0, W_t)`` of record ``t``, the ``reward`` / ``done`` (/ ``truncated`` when stored) of
-    ``t + k E`` for ``0 < k < n`` (``0 <= k`` without ``out_t``; at most 16 steps; ``E``: 1 in the demos) and words
-    ``[l0, l1)`` of the last of those records, the last row unless the window stops early.
+    ``t + k E`` for ``0 < k < n`` (``0 <= k`` without ``out_t``; at most 16 steps; ``E``: 1
+    in the demos) and words ``[l0, l1)`` of the last of those records, the last row unless
+    the window stops early.
     The walk takes ``m = n`` when the whole window is held (else counts the steps held ahead
     of ``t``, ``(size - 1 - j) // E`` for ring logical row ``j``), then steps by ``E``,
     wrapping at the ring's end; it does the same float operations in the same order as

@@ -395,7 +395,7 @@ def test_record_groups_the_nstep_walk_only_when_it_costs_no_bytes(next_dt, flag,
     size, where = rep._layout
     one = B._packed(rep._cols, [list(rep._cols.names)])
     assert size == one[0]  # never a larger record
-    for name, (off, wdt) in where.items():
+    for off, wdt in where.values():
         assert off % wdt.itemsize == 0
     if grouped:
         assert where["reward"][0] < where["done"][0] < where["next_obs"][0]
