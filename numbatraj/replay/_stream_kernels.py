@@ -34,6 +34,7 @@ __all__ = [
     "neighbour",
     "nstep_cpu",
     "nstep_gather_cpu",
+    "nstep_gather_cols_cpu",
     "nstep_row_py",
     "next_rows_cpu",
     "stack_rows_cpu",
@@ -218,8 +219,62 @@ def _copy64_typer(typingctx, dst, do, src, so):  # type: ignore[no-untyped-def]
     return sig, codegen
 
 
+def _move_n_typer(nbytes):  # type: ignore[no-untyped-def]
+    """A typer of ``nbytes`` (1, 4, 8, 16 or 64) bytes from the address ``saddr`` to the
+    address ``daddr`` (integers, from :func:`_address`), any alignment: one load, one store.
+    Addresses, not arrays: an array handed to a helper in a per-lane loop costs a reference
+    count taken and dropped each time."""
+    if nbytes >= 16:
+        ty = ir.VectorType(ir.IntType(64), nbytes // 8)
+    else:
+        ty = ir.IntType(8 * nbytes)
+
+    def typer(typingctx, daddr, saddr):  # type: ignore[no-untyped-def]
+        sig = types.void(types.intp, types.intp)
+
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            v = builder.load(builder.inttoptr(args[1], ty.as_pointer()), align=1)
+            builder.store(v, builder.inttoptr(args[0], ty.as_pointer()), align=1)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return typer
+
+
+def _address_typer(typingctx, arr):  # type: ignore[no-untyped-def]
+    """Address of ``arr``'s first byte, as an integer."""
+    sig = types.intp(arr)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        a = context.make_array(signature.args[0])(context, builder, args[0])
+        return builder.ptrtoint(a.data, context.get_value_type(types.intp))
+
+    return sig, codegen
+
+
+def _prefetch_at_typer(typingctx, addr):  # type: ignore[no-untyped-def]
+    """Prefetch (read, all cache levels) the line holding the address ``addr``."""
+    sig = types.void(types.intp)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        fnty = ir.FunctionType(ir.VoidType(), [_I8P, _I32, _I32, _I32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        builder.call(fn, [builder.inttoptr(args[0], _I8P), _I32(0), _I32(3), _I32(1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 _prefetch: Any = intrinsic(_prefetch_typer)
 _copy64: Any = intrinsic(_copy64_typer)
+_move64: Any = intrinsic(_move_n_typer(64))
+_move16: Any = intrinsic(_move_n_typer(16))
+_move8: Any = intrinsic(_move_n_typer(8))
+_move4: Any = intrinsic(_move_n_typer(4))
+_move1: Any = intrinsic(_move_n_typer(1))
+_address: Any = intrinsic(_address_typer)
+_prefetch_at: Any = intrinsic(_prefetch_at_typer)
 
 #: Helpers of the per-lane loops, inlined at the Numba level: as plain calls each passes its
 #: arrays with a reference count taken and dropped, which measured 45 us of the fused
@@ -261,6 +316,43 @@ def _copy_words(dst, do, src, so, nw):  # type: ignore[no-untyped-def]
     else:
         for k in range(nw):
             dst[do + k] = src[so + k]
+
+
+@_inline
+def _move_bytes(daddr, saddr, nb):  # type: ignore[no-untyped-def]
+    """``nb`` bytes from the address ``saddr`` to ``daddr`` (apart): moves of 64, 16, 8 or
+    4 bytes, the last one overlapping the one before it (the same bytes twice), or single
+    bytes below 4."""
+    if nb >= 64:
+        k = 0
+        while k + 64 < nb:
+            _move64(daddr + k, saddr + k)
+            k += 64
+        _move64(daddr + nb - 64, saddr + nb - 64)
+    elif nb >= 16:
+        k = 0
+        while k + 16 < nb:
+            _move16(daddr + k, saddr + k)
+            k += 16
+        _move16(daddr + nb - 16, saddr + nb - 16)
+    elif nb >= 8:
+        _move8(daddr, saddr)
+        _move8(daddr + nb - 8, saddr + nb - 8)
+    elif nb >= 4:
+        _move4(daddr, saddr)
+        _move4(daddr + nb - 4, saddr + nb - 4)
+    else:
+        for k in range(nb):
+            _move1(daddr + k, saddr + k)
+
+
+@_inline
+def _prefetch_span(addr, nb):  # type: ignore[no-untyped-def]
+    """Prefetch every line of the ``nb`` bytes at the address ``addr``."""
+    if nb > 0:
+        for k in range(0, nb, 64):
+            _prefetch_at(addr + k)
+        _prefetch_at(addr + nb - 1)
 
 
 @njit_kernel
@@ -364,6 +456,99 @@ def nstep_gather_cpu(idx, n, gamma, reward, rq, rlow, rstep, done, trunc, ring_b
         _copy_words(ft, i * wt, flat, idx[i] * w_rec, wt)
         if nl > 0:
             _copy_words(fl, i * wl + l0, flat, lq * w_rec + l0, nl)
+
+
+@njit_kernel
+def nstep_gather_cols_cpu(idx, n, gamma, reward, rq, rlow, rstep, done, trunc, ring_base,  # type: ignore[no-untyped-def]
+                          n_demo, ring_cap, n_envs, start, size, rec, t_hi, l_lo, l_hi, tab,
+                          outs, addrs, ret, disc, last):
+    """:func:`nstep_gather_cpu` with each record column written straight into its output.
+
+    ``outs[c]`` (a C-contiguous ``(B, ...)`` output, any dtype) gets, per lane, bytes
+    ``[tab[c, 0], tab[c, 0] + tab[c, 1])`` of record ``idx[i]`` of ``rec``, or of
+    ``last[i]`` where ``tab[c, 2]``; ``addrs`` (int64, as long as ``tab``) is scratch for
+    the outputs' addresses.  Bytes ``[0, t_hi)`` of record ``t`` and ``[l_lo, l_hi)`` of the
+    window's last possible row are prefetched (the columns' spans), with the walk's flags
+    of the rows between, :data:`NSTEP_AHEAD` lanes ahead.  The walk is
+    :func:`nstep_gather_cpu`'s, written out again (a shared inlined helper taking the
+    arrays measured twice as slow: reference counts per lane); the tests hold both to
+    :func:`nstep_cpu`.  No scratch and no column copies after the pass.
+    """
+    b = idx.shape[0]
+    cap = reward.shape[0]
+    rb = rec.shape[1] * rec.itemsize
+    base = _address(rec)
+    nc = tab.shape[0]
+    for c in range(nc):
+        addrs[c] = _address(outs[c])
+    ring_end = ring_base + ring_cap
+    kn = n if n < _NSTEP_PREFETCH_MAX else _NSTEP_PREFETCH_MAX
+    stored_trunc = trunc.strides[0] != 0  # a zero-stride False view: nothing to fetch
+    k0 = 1 if t_hi > 0 else 0  # the walk's bytes of record t are among its first t_hi
+    for i in range(-NSTEP_AHEAD, b):
+        a = i + NSTEP_AHEAD
+        if a < b:
+            q = idx[a]
+            st = 1 if q < ring_base else n_envs
+            _prefetch_span(base + q * rb, t_hi)
+            for k in range(k0, kn):
+                q2 = q + k * st
+                if q2 < cap:
+                    _prefetch(reward, q2)
+                    _prefetch(done, q2)
+                    if stored_trunc:
+                        _prefetch(trunc, q2)
+            q2 = q + (kn - 1) * st
+            if q2 < cap:
+                _prefetch_span(base + q2 * rb + l_lo, l_hi - l_lo)
+        if i < 0:
+            continue
+        q = idx[i]
+        if q < ring_base:  # a demo row: the demos are one stream, p + 1 inside them
+            ahead = n_demo - 1 - q
+            m = n if ahead >= n else ahead + 1
+            step = 1
+            wrap = 0
+            end = n_demo
+        else:
+            j = q - ring_base - start
+            if j < 0:
+                j += ring_cap
+            if j + (n - 1) * n_envs < size:  # the whole window is held: no division
+                m = n
+            else:
+                ahead = (size - 1 - j) // n_envs
+                m = n if ahead >= n else ahead + 1
+            step = n_envs
+            wrap = ring_cap
+            end = ring_end
+        g = 1.0
+        acc = 0.0
+        d = -1.0
+        lq = q
+        for _ in range(m):
+            if rq:
+                acc += g * np.float64(dequantize(reward[q], rlow, rstep))
+            else:
+                acc += g * np.float64(reward[q])
+            lq = q
+            if done[q]:
+                d = 0.0
+                break
+            g *= gamma
+            if trunc[q]:
+                break
+            q += step
+            if q >= end:
+                q -= wrap
+        last[i] = lq
+        ret[i] = acc
+        disc[i] = g if d < 0 else 0.0
+        st_t = base + idx[i] * rb
+        st_l = base + lq * rb
+        for c in range(nc):
+            nb = tab[c, 1]
+            _move_bytes(addrs[c] + i * nb, (st_l if tab[c, 2] else st_t) + tab[c, 0], nb)
 
 
 @njit_kernel

@@ -125,7 +125,9 @@ class _NstepPlan:
     ``at_last``: the ``next_<x>`` columns (``x`` declared), read at row ``t + m - 1``;
     ``words_l``: the record words ``[lo, hi)`` that hold the narrow ones (``(0, 0)``: none);
     ``words_t``: the record words ``[0, words_t)`` that hold the other narrow columns (read
-    at ``t``);
+    at ``t``); ``tab`` (None when a narrow column is quantised): per narrow column with
+    bytes, ``tab_names``, its (byte offset, bytes, read at ``t + m - 1``) in the record;
+    ``bytes_tl``: the bytes ``[0, t_hi)`` read at ``t`` and ``[l_lo, l_hi)`` at the last row;
     ``rq``, ``rlow``, ``rstep``: the reward column's quantisation; ``fused``: no ``next_of``
     and no frame stack, so one kernel pass serves the draw.
     """
@@ -133,6 +135,10 @@ class _NstepPlan:
     at_last: tuple[str, ...]
     words_l: tuple[int, int]
     words_t: int
+    tab_names: tuple[str, ...]
+    tab: np.ndarray | None
+    addrs: np.ndarray
+    bytes_tl: tuple[int, int, int]
     rq: bool
     rlow: float
     rstep: float
@@ -149,9 +155,13 @@ def _nstep_plan(rep: StoreReplay) -> _NstepPlan:
     at_last = tuple(n for n in cols.names if n.startswith("next_") and n[5:] in cols.specs)
     spans = []
     end_t = 0
+    names, tab = [], []
     for n in rep._narrow:
         nbytes = cols.row_elems(n) * cols.storage_dtype(n).itemsize
         off = rep._layout[1][n][0]
+        if nbytes:
+            names.append(n)
+            tab.append((off, nbytes, int(n in at_last)))
         if n in at_last and nbytes:
             spans.append((off // 8, -(-(off + nbytes) // 8)))
         elif n not in at_last:
@@ -161,6 +171,12 @@ def _nstep_plan(rep: StoreReplay) -> _NstepPlan:
         at_last=at_last,
         words_l=(min(a for a, _ in spans), max(b for _, b in spans)) if spans else (0, 0),
         words_t=-(-end_t // 8),
+        tab_names=tuple(names),
+        tab=(np.array(tab, dtype=np.int64).reshape(-1, 3)
+             if names and not any(n in cols.quant for n in rep._narrow) else None),
+        addrs=np.zeros(len(names), dtype=np.int64),
+        bytes_tl=(end_t, min((a for a, _, l in tab if l), default=0),
+                  max((a + nb for a, nb, l in tab if l), default=0)),
         rq=q is not None, rlow=0.0 if q is None else q.low,
         rstep=0.0 if q is None else q.step,
         fused=not rep._streams.next_of and not rep._streams.frame_stack,
@@ -712,11 +728,19 @@ class StoreReplay(ReplayFront):
         Without the prefetch, touching the lines per block of 64 lanes: 430 us.
         """
         recs_t, recs_l, cols, ident, last = self._nstep_work(b)
-        _sk.nstep_gather_cpu(idx, ns[0], ns[1], self._nstep_reward(), plan.rq, plan.rlow,
-                             plan.rstep, self._done_v, self._trunc_v, *self._geom(),
-                             self._rec, recs_t, *plan.words_l, recs_l,
-                             outputs["return"], outputs["discount"], last)
-        self._copy_out(cols, self._narrow, outputs, b, ident)
+        if plan.tab is not None:  # no quantised record column: straight into the outputs
+            outs = tuple(outputs[n].reshape(-1).view(np.uint8) for n in plan.tab_names)
+            _sk.nstep_gather_cols_cpu(idx, ns[0], ns[1], self._nstep_reward(), plan.rq,
+                                      plan.rlow, plan.rstep, self._done_v, self._trunc_v,
+                                      *self._geom(), self._rec, *plan.bytes_tl, plan.tab,
+                                      outs, plan.addrs, outputs["return"],
+                                      outputs["discount"], last)
+        else:
+            _sk.nstep_gather_cpu(idx, ns[0], ns[1], self._nstep_reward(), plan.rq, plan.rlow,
+                                 plan.rstep, self._done_v, self._trunc_v, *self._geom(),
+                                 self._rec, recs_t, *plan.words_l, recs_l,
+                                 outputs["return"], outputs["discount"], last)
+            self._copy_out(cols, self._narrow, outputs, b, ident)
         for name in self._wide:
             out = outputs[name]
             rows = last if name in plan.at_last else idx
