@@ -175,8 +175,8 @@ def _nstep_plan(rep: StoreReplay) -> _NstepPlan:
         tab=(np.array(tab, dtype=np.int64).reshape(-1, 3)
              if names and not any(n in cols.quant for n in rep._narrow) else None),
         addrs=np.zeros(len(names), dtype=np.int64),
-        bytes_tl=(end_t, min((a for a, _, l in tab if l), default=0),
-                  max((a + nb for a, nb, l in tab if l), default=0)),
+        bytes_tl=(end_t, min((a for a, _, at in tab if at), default=0),
+                  max((a + nb for a, nb, at in tab if at), default=0)),
         rq=q is not None, rlow=0.0 if q is None else q.low,
         rstep=0.0 if q is None else q.step,
         fused=not rep._streams.next_of and not rep._streams.frame_stack,
