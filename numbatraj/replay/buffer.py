@@ -57,52 +57,25 @@ def _wide_columns(cols: ReplayColumns) -> tuple[str, ...]:
                  if cols.row_elems(n) * cols.storage_dtype(n).itemsize > WIDE_BYTES)
 
 
-#: the columns an n-step walk reads in every record of a window (see :func:`_record_layout`)
-_NSTEP_COLUMNS = ("reward", "done", "truncated")
-
-
 def _record_layout(cols: ReplayColumns, names: Iterable[str] | None = None,
                    ) -> tuple[int, dict[str, tuple[int, np.dtype]]]:
     """Record size (a multiple of 8 bytes) and each column's ``(byte offset, word dtype)``,
     over ``names`` (default: every column).
 
     Columns go widest word first, so every offset is a multiple of the column's word size
-    (and of its item size): the word and element views are aligned.  When the records hold
-    an n-step walk's columns (``reward`` / ``done`` / ``truncated``) and ``next_<x>``
-    columns, the record is three groups in that order: the other columns, the walk's, the
-    ``next_<x>`` ones (each group widest word first, padded to its first word): an n-step
-    draw then reads the record at ``t`` up to the walk's columns, one line per middle step,
-    and at ``t + m - 1`` the walk's columns and the ``next_<x>`` ones, adjacent.  Only when
-    that costs no record bytes (the 168-byte record of 17/6/1/17/1 words: 3.5 lines at ``t``
-    plus 2 per middle step plus 2.5 at the last become 2.2 + 1.1 + 2.2); otherwise the one
-    group.
+    (and of its item size): the word and element views are aligned.
     """
-    names = list(cols.names if names is None else names)
-    at_last = {n for n in names if n.startswith("next_") and n[5:] in cols.specs}
-    walk = {n for n in names if n in _NSTEP_COLUMNS}
-    one = _packed(cols, [names])
-    if not at_last or not walk:
-        return one
-    three = _packed(cols, [[n for n in names if n not in at_last and n not in walk],
-                           [n for n in names if n in walk], [n for n in names if n in at_last]])
-    return three if three[0] <= one[0] else one
-
-
-def _packed(cols: ReplayColumns, groups: list[list[str]],
-            ) -> tuple[int, dict[str, tuple[int, np.dtype]]]:
+    items = []
+    for name in (cols.names if names is None else names):
+        nbytes = cols.row_elems(name) * cols.storage_dtype(name).itemsize
+        items.append((name, nbytes, _rk.word_dtype(nbytes) if nbytes else np.dtype(np.uint8)))
+    order = sorted(range(len(items)), key=lambda k: -items[k][2].itemsize)
     off = 0
     where = {}
-    for group in groups:
-        items = []
-        for name in group:
-            nbytes = cols.row_elems(name) * cols.storage_dtype(name).itemsize
-            items.append((name, nbytes,
-                          _rk.word_dtype(nbytes) if nbytes else np.dtype(np.uint8)))
-        items.sort(key=lambda it: -it[2].itemsize)  # stable: declaration order among equals
-        for name, nbytes, wdt in items:
-            off = -(-off // wdt.itemsize) * wdt.itemsize
-            where[name] = (off, wdt)
-            off += nbytes
+    for k in order:
+        name, nbytes, wdt = items[k]
+        where[name] = (off, wdt)
+        off += nbytes
     return max(8, (off + 7) // 8 * 8), where
 
 

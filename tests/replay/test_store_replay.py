@@ -376,62 +376,6 @@ def test_python_scalars_out_of_the_column_range_name_the_column(bad, value):
     assert rep._cols.single_row(one) is not None
 
 
-@pytest.mark.parametrize("next_dt, flag, grouped", [(np.float32, False, True),
-                                                     (np.float64, False, True),
-                                                     (np.float32, True, False)])
-def test_record_groups_the_nstep_walk_only_when_it_costs_no_bytes(next_dt, flag, grouped, rng):
-    """With reward/done and a next_<x> column the record is three groups (the others, the
-    walk's columns, the next_<x> ones) when that adds no bytes, else the one group (a bool
-    among the others: the groups would pad 144 bytes to 152); draws plain and n-step equal
-    rows() either way."""
-    from numbatraj.replay import buffer as B
-
-    cols = [ColumnSpec("obs", np.float32, (17,)), ColumnSpec("action", np.float32, (6,)),
-            ColumnSpec("reward", np.float32, ()), ColumnSpec("next_obs", next_dt, (17,)),
-            ColumnSpec("done", np.bool_, ())]
-    if flag:
-        cols = [c for c in cols if c.name != "action"] + [ColumnSpec("flag", np.bool_, ())]
-    rep = StoreReplay(cols, 40, seed=2)
-    size, where = rep._layout
-    one = B._packed(rep._cols, [list(rep._cols.names)])
-    assert size == one[0]  # never a larger record
-    for off, wdt in where.values():
-        assert off % wdt.itemsize == 0
-    if grouped:
-        assert where["reward"][0] < where["done"][0] < where["next_obs"][0]
-        assert max(where[n][0] for n in ("obs", "action")) < where["reward"][0]
-        assert rep._nstep_plan().words_t * 8 < size  # the draw at t skips next_obs
-    else:
-        assert where == one[1]
-    n = 57
-    data = {"obs": rng.standard_normal((n, 17)).astype(np.float32),
-            "action": rng.standard_normal((n, 6)).astype(np.float32),
-            "reward": rng.standard_normal(n).astype(np.float32),
-            "next_obs": rng.standard_normal((n, 17)).astype(next_dt),
-            "done": rng.random(n) < 0.2, "flag": rng.random(n) < 0.5}
-    rep.add(**{k: v for k, v in data.items() if k in rep._cols.specs})
-    out, batch = rep.sample(300)
-    for k, v in rep.rows(batch.indices).items():
-        np.testing.assert_array_equal(out[k], v)
-    out, batch = rep.sample(300, n_step=3, gamma=0.9)
-    held = rep.rows(np.arange(rep.capacity))
-    for i, t in enumerate(batch.indices):  # the window by hand: logical order is physical
-        j = (int(t) - rep._oldest_slot()) % 40
-        m, ret, g = 0, 0.0, 1.0
-        while m < 3 and j + m < 40:
-            p = (rep._oldest_slot() + j + m) % 40
-            ret += g * float(held["reward"][p])
-            m += 1
-            if held["done"][p]:
-                g = 0.0
-                break
-            g *= 0.9
-        assert out["return"][i] == np.float32(ret)
-        assert out["discount"][i] == np.float32(g)
-        np.testing.assert_array_equal(out["next_obs"][i], held["next_obs"][p])
-        np.testing.assert_array_equal(out["obs"][i], held["obs"][int(t)])
-
-
 @pytest.mark.parametrize("prioritized", [False, True])
 def test_wide_columns_are_stored_apart_and_agree_with_the_record_layout(prioritized, rng):
     # columns wider than WIDE_BYTES (pixels) are contiguous arrays of their own; narrow ones
