@@ -277,8 +277,11 @@ _address: Any = intrinsic(_address_typer)
 _prefetch_at: Any = intrinsic(_prefetch_at_typer)
 
 #: Helpers of the per-lane loops, inlined at the Numba level: as plain calls each passes its
-#: arrays with a reference count taken and dropped, which measured 45 us of the fused
-#: n-step pass at 4096 lanes (150 -> 105 us, 168-byte records at 10^6 rows, n=3, load 8).
+#: arrays with a reference count taken and dropped (the fused n-step pass, 4096 lanes,
+#: n=3, eight envs, the records in L2: 72 -> 58 us inlined, the same kernel otherwise; with
+#: the vector copies and no division as well, 150 -> 105 us at 10^6 rows, load 8).  A
+#: helper taking many arrays is slower inlined too (twice, for the walk as a helper):
+#: :func:`nstep_gather_cols_cpu` moves bytes by address.
 _inline = numba.njit(cache=True, nogil=True, inline="always")
 
 #: Lanes whose lines :func:`nstep_gather_cpu` prefetches ahead of the lane it computes.

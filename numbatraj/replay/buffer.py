@@ -698,7 +698,11 @@ class StoreReplay(ReplayFront):
         of the same pass over the former 8-byte n-step table 196-215 us (the table is a
         second random place per lane, while the next rows of a stream are in the lane's own
         pages); the former three passes (table walk, record gather, next_* gather) 480 us.
-        Without the prefetch, touching the lines per block of 64 lanes: 430 us.
+        Without the prefetch, touching the lines per block of 64 lanes: 430 us.  Since then
+        (one process, interleaved, load 2.5-2.6): with no quantised record column the pass
+        writes each column straight into its output (``nstep_gather_cols_cpu``), the draw
+        174-181 us (n=3) against 110-112 us for the plain draw, whose record gather now
+        prefetches (see docs/replay.md, fourth n-step round).
         """
         recs_t, recs_l, cols, ident, last = self._nstep_work(b)
         if plan.tab is not None:  # no quantised record column: straight into the outputs
