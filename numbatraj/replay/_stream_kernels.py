@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
@@ -33,6 +34,7 @@ __all__ = [
     "neighbour",
     "nstep_cpu",
     "nstep_gather_cpu",
+    "nstep_gather_cols_cpu",
     "nstep_row_py",
     "next_rows_cpu",
     "stack_rows_cpu",
@@ -196,19 +198,104 @@ def _prefetch_typer(typingctx, arr, i):  # type: ignore[no-untyped-def]
     return sig, codegen
 
 
+_V8 = ir.VectorType(ir.IntType(64), 8)  # 64 bytes
+
+
+def _copy64_typer(typingctx, dst, do, src, so):  # type: ignore[no-untyped-def]
+    """64 bytes from byte ``so`` of ``src``'s data to byte ``do`` of ``dst``'s (C-contiguous
+    arrays, any alignment): one vector load and one vector store."""
+    sig = types.void(dst, types.intp, src, types.intp)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        def at(aty, ary, off):  # type: ignore[no-untyped-def]
+            a = context.make_array(aty)(context, builder, ary)
+            p = builder.gep(builder.bitcast(a.data, _I8P), [off])
+            return builder.bitcast(p, _V8.as_pointer())
+
+        v = builder.load(at(signature.args[2], args[2], args[3]), align=1)
+        builder.store(v, at(signature.args[0], args[0], args[1]), align=1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+def _move_n_typer(nbytes):  # type: ignore[no-untyped-def]
+    """A typer of ``nbytes`` (1, 4, 8, 16 or 64) bytes from the address ``saddr`` to the
+    address ``daddr`` (integers, from :func:`_address`), any alignment: one load, one store.
+    Addresses, not arrays: an array handed to a helper in a per-lane loop costs a reference
+    count taken and dropped each time."""
+    if nbytes >= 16:
+        ty = ir.VectorType(ir.IntType(64), nbytes // 8)
+    else:
+        ty = ir.IntType(8 * nbytes)
+
+    def typer(typingctx, daddr, saddr):  # type: ignore[no-untyped-def]
+        sig = types.void(types.intp, types.intp)
+
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            v = builder.load(builder.inttoptr(args[1], ty.as_pointer()), align=1)
+            builder.store(v, builder.inttoptr(args[0], ty.as_pointer()), align=1)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return typer
+
+
+def _address_typer(typingctx, arr):  # type: ignore[no-untyped-def]
+    """Address of ``arr``'s first byte, as an integer."""
+    sig = types.intp(arr)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        a = context.make_array(signature.args[0])(context, builder, args[0])
+        return builder.ptrtoint(a.data, context.get_value_type(types.intp))
+
+    return sig, codegen
+
+
+def _prefetch_at_typer(typingctx, addr):  # type: ignore[no-untyped-def]
+    """Prefetch (read, all cache levels) the line holding the address ``addr``."""
+    sig = types.void(types.intp)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        fnty = ir.FunctionType(ir.VoidType(), [_I8P, _I32, _I32, _I32])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
+        builder.call(fn, [builder.inttoptr(args[0], _I8P), _I32(0), _I32(3), _I32(1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 _prefetch: Any = intrinsic(_prefetch_typer)
+_copy64: Any = intrinsic(_copy64_typer)
+_move64: Any = intrinsic(_move_n_typer(64))
+_move16: Any = intrinsic(_move_n_typer(16))
+_move8: Any = intrinsic(_move_n_typer(8))
+_move4: Any = intrinsic(_move_n_typer(4))
+_move1: Any = intrinsic(_move_n_typer(1))
+_address: Any = intrinsic(_address_typer)
+_prefetch_at: Any = intrinsic(_prefetch_at_typer)
+
+#: Helpers of the per-lane loops, inlined at the Numba level: as plain calls each passes its
+#: arrays with a reference count taken and dropped (the fused n-step pass, 4096 lanes,
+#: n=3, eight envs, the records in L2: 72 -> 58 us inlined, the same kernel otherwise; with
+#: the vector copies and no division as well, 150 -> 105 us at 10^6 rows, load 8).  A
+#: helper taking many arrays is slower inlined too (twice, for the walk as a helper):
+#: :func:`nstep_gather_cols_cpu` moves bytes by address.
+_inline = numba.njit(cache=True, nogil=True, inline="always")
 
 #: Lanes whose lines :func:`nstep_gather_cpu` prefetches ahead of the lane it computes.
 #: Measured (4096 lanes, 168-byte records at 10^6 rows; n=3 one env / n=5 eight envs; one
 #: run, load 4.7): 8 ahead 157 / 177 us, 12: 146 / 175, 16: 148 / 175, 24: 148 / 180,
-#: 32: 159 / 180.
+#: 32: 159 / 180; with the inlined helpers (n=3, eight envs, load 7): 16: 75, 32: 79,
+#: 48: 81 us with the records in L2, 132 / 135 / 135 at 10^6 rows.
 NSTEP_AHEAD = 16
 #: Steps of a lane's window prefetched at most (an ``n`` far beyond any episode must not
 #: cost ``n`` prefetches per lane; the walk itself stops at the stream's newest row).
 _NSTEP_PREFETCH_MAX = 16
 
 
-@njit_kernel
+@_inline
 def _prefetch_words(flat, o, lo, hi):  # type: ignore[no-untyped-def]
     """Prefetch every line of words ``[lo, hi)`` of the record at word ``o`` of ``flat``:
     one word 64 bytes apart from ``lo``, and the last."""
@@ -216,6 +303,59 @@ def _prefetch_words(flat, o, lo, hi):  # type: ignore[no-untyped-def]
         for w in range(lo, hi, 8):
             _prefetch(flat, o + w)
         _prefetch(flat, o + hi - 1)
+
+
+@_inline
+def _copy_words(dst, do, src, so, nw):  # type: ignore[no-untyped-def]
+    """Words ``[so, so + nw)`` of the flat ``src`` to ``[do, do + nw)`` of the flat ``dst``
+    (apart): 64-byte vector moves, the last one overlapping the one before it (the same
+    words twice), or a word loop below 8 words."""
+    if nw >= 8:
+        k = 0
+        while k + 8 < nw:
+            _copy64(dst, (do + k) * 8, src, (so + k) * 8)
+            k += 8
+        _copy64(dst, (do + nw - 8) * 8, src, (so + nw - 8) * 8)
+    else:
+        for k in range(nw):
+            dst[do + k] = src[so + k]
+
+
+@_inline
+def _move_bytes(daddr, saddr, nb):  # type: ignore[no-untyped-def]
+    """``nb`` bytes from the address ``saddr`` to ``daddr`` (apart): moves of 64, 16, 8 or
+    4 bytes, the last one overlapping the one before it (the same bytes twice), or single
+    bytes below 4."""
+    if nb >= 64:
+        k = 0
+        while k + 64 < nb:
+            _move64(daddr + k, saddr + k)
+            k += 64
+        _move64(daddr + nb - 64, saddr + nb - 64)
+    elif nb >= 16:
+        k = 0
+        while k + 16 < nb:
+            _move16(daddr + k, saddr + k)
+            k += 16
+        _move16(daddr + nb - 16, saddr + nb - 16)
+    elif nb >= 8:
+        _move8(daddr, saddr)
+        _move8(daddr + nb - 8, saddr + nb - 8)
+    elif nb >= 4:
+        _move4(daddr, saddr)
+        _move4(daddr + nb - 4, saddr + nb - 4)
+    else:
+        for k in range(nb):
+            _move1(daddr + k, saddr + k)
+
+
+@_inline
+def _prefetch_span(addr, nb):  # type: ignore[no-untyped-def]
+    """Prefetch every line of the ``nb`` bytes at the address ``addr``."""
+    if nb > 0:
+        for k in range(0, nb, 64):
+            _prefetch_at(addr + k)
+        _prefetch_at(addr + nb - 1)
 
 
 @njit_kernel
@@ -228,40 +368,48 @@ def nstep_gather_cpu(idx, n, gamma, reward, rq, rlow, rstep, done, trunc, ring_b
     two equal), read straight from the stored columns: ``reward`` (its record view; the
     uint8 codes when ``rq``, summed as ``deq(code) = float32(rlow + code * rstep)``, the
     value a draw returns), ``done``, ``trunc`` (record views, or zero-stride False views).
-    Record ``idx[i]`` of ``rec`` (uint64 ``(capacity, W)``) is copied to ``out_t[i]``
-    (``(B, W)``; ``(0, 0)``: no copy) and words ``[l0, l1)`` of record ``last[i]`` to the
-    same words of ``out_l[i]``, so the record views of a gather read the columns off both.
+    Words ``[0, W_t)`` of record ``idx[i]`` of ``rec`` (uint64 ``(capacity, W)``) are copied
+    to ``out_t[i]`` (``(B, W_t)``, ``W_t <= W``; ``(0, 0)``: no copy) and words ``[l0, l1)``
+    of record ``last[i]`` to the same words of ``out_l[i]`` (``(B, W)``), so the record
+    views of a gather read the columns off both.
 
-    Per lane, the lines it will read are prefetched :data:`NSTEP_AHEAD` lanes ahead: record
-    ``t``, the ``reward`` / ``done`` / ``truncated`` of ``t + k E`` for ``k < n`` (at most
-    16 steps; ``E``: 1 in the demos) and words ``[l0, l1)`` of the last of those records,
-    the last row unless the window stops early.  The walk counts the steps held ahead of
-    ``t`` once (``(size - 1 - j) // E`` for ring logical row ``j``), then steps by ``E``,
+    Per lane, the lines it will read are prefetched :data:`NSTEP_AHEAD` lanes ahead: words
+    ``[0, W_t)`` of record ``t``, the ``reward`` / ``done`` (/ ``truncated`` when stored) of
+    ``t + k E`` for ``0 < k < n`` (``0 <= k`` without ``out_t``; at most 16 steps; ``E``: 1
+    in the demos) and words ``[l0, l1)`` of the last of those records, the last row unless
+    the window stops early.
+    The walk takes ``m = n`` when the whole window is held (else counts the steps held ahead
+    of ``t``, ``(size - 1 - j) // E`` for ring logical row ``j``), then steps by ``E``,
     wrapping at the ring's end; it does the same float operations in the same order as
-    :func:`nstep_row_py`.
-    Copies are single word loops of fixed bounds: run lists (only the words a draw needs)
-    measured 55 us slower at 4096 lanes than the whole record (215 against 160 us, one run,
-    load 4.5).
+    :func:`nstep_row_py`.  Copies are 64-byte vector moves of fixed bounds: run lists (only
+    the words a draw needs) measured 55 us slower at 4096 lanes than whole spans.
     """
     b = idx.shape[0]
     cap = reward.shape[0]
     w_rec = rec.shape[1]
     wt = out_t.shape[1]
     flat = rec.reshape(rec.shape[0] * w_rec)
+    ft = out_t.reshape(out_t.shape[0] * wt)
+    fl = out_l.reshape(out_l.shape[0] * out_l.shape[1])
+    wl = out_l.shape[1]
+    nl = l1 - l0
     ring_end = ring_base + ring_cap
+    kn = n if n < _NSTEP_PREFETCH_MAX else _NSTEP_PREFETCH_MAX
+    stored_trunc = trunc.strides[0] != 0  # a zero-stride False view: nothing to fetch
+    k0 = 1 if wt > 0 else 0  # the walk's words of record t are among its first W_t
     for i in range(-NSTEP_AHEAD, b):
         a = i + NSTEP_AHEAD
         if a < b:
             q = idx[a]
             st = 1 if q < ring_base else n_envs
             _prefetch_words(flat, q * w_rec, 0, wt)
-            kn = n if n < _NSTEP_PREFETCH_MAX else _NSTEP_PREFETCH_MAX
-            for k in range(kn):
+            for k in range(k0, kn):
                 q2 = q + k * st
                 if q2 < cap:
                     _prefetch(reward, q2)
                     _prefetch(done, q2)
-                    _prefetch(trunc, q2)
+                    if stored_trunc:
+                        _prefetch(trunc, q2)
             q2 = q + (kn - 1) * st
             if q2 < cap:
                 _prefetch_words(flat, q2 * w_rec, l0, l1)
@@ -270,6 +418,7 @@ def nstep_gather_cpu(idx, n, gamma, reward, rq, rlow, rstep, done, trunc, ring_b
         q = idx[i]
         if q < ring_base:  # a demo row: the demos are one stream, p + 1 inside them
             ahead = n_demo - 1 - q
+            m = n if ahead >= n else ahead + 1
             step = 1
             wrap = 0
             end = n_demo
@@ -277,11 +426,14 @@ def nstep_gather_cpu(idx, n, gamma, reward, rq, rlow, rstep, done, trunc, ring_b
             j = q - ring_base - start
             if j < 0:
                 j += ring_cap
-            ahead = (size - 1 - j) // n_envs
+            if j + (n - 1) * n_envs < size:  # the whole window is held: no division
+                m = n
+            else:
+                ahead = (size - 1 - j) // n_envs
+                m = n if ahead >= n else ahead + 1
             step = n_envs
             wrap = ring_cap
             end = ring_end
-        m = n if ahead >= n else ahead + 1
         g = 1.0
         acc = 0.0
         d = -1.0
@@ -304,11 +456,102 @@ def nstep_gather_cpu(idx, n, gamma, reward, rq, rlow, rstep, done, trunc, ring_b
         last[i] = lq
         ret[i] = acc
         disc[i] = g if d < 0 else 0.0
-        r = idx[i]
-        for w in range(wt):
-            out_t[i, w] = rec[r, w]
-        for w in range(l0, l1):
-            out_l[i, w] = rec[lq, w]
+        _copy_words(ft, i * wt, flat, idx[i] * w_rec, wt)
+        if nl > 0:
+            _copy_words(fl, i * wl + l0, flat, lq * w_rec + l0, nl)
+
+
+@njit_kernel
+def nstep_gather_cols_cpu(idx, n, gamma, reward, rq, rlow, rstep, done, trunc, ring_base,  # type: ignore[no-untyped-def]
+                          n_demo, ring_cap, n_envs, start, size, rec, t_hi, l_lo, l_hi, tab,
+                          outs, addrs, ret, disc, last):
+    """:func:`nstep_gather_cpu` with each record column written straight into its output.
+
+    ``outs[c]`` (a C-contiguous ``(B, ...)`` output, any dtype) gets, per lane, bytes
+    ``[tab[c, 0], tab[c, 0] + tab[c, 1])`` of record ``idx[i]`` of ``rec``, or of
+    ``last[i]`` where ``tab[c, 2]``; ``addrs`` (int64, as long as ``tab``) is scratch for
+    the outputs' addresses.  Bytes ``[0, t_hi)`` of record ``t`` and ``[l_lo, l_hi)`` of the
+    window's last possible row are prefetched (the columns' spans), with the walk's flags
+    of the rows between, :data:`NSTEP_AHEAD` lanes ahead.  The walk is
+    :func:`nstep_gather_cpu`'s, written out again (a shared inlined helper taking the
+    arrays measured twice as slow: reference counts per lane); the tests hold both to
+    :func:`nstep_cpu`.  No scratch and no column copies after the pass.
+    """
+    b = idx.shape[0]
+    cap = reward.shape[0]
+    rb = rec.shape[1] * rec.itemsize
+    base = _address(rec)
+    nc = tab.shape[0]
+    for c in range(nc):
+        addrs[c] = _address(outs[c])
+    ring_end = ring_base + ring_cap
+    kn = n if n < _NSTEP_PREFETCH_MAX else _NSTEP_PREFETCH_MAX
+    stored_trunc = trunc.strides[0] != 0  # a zero-stride False view: nothing to fetch
+    k0 = 1 if t_hi > 0 else 0  # the walk's bytes of record t are among its first t_hi
+    for i in range(-NSTEP_AHEAD, b):
+        a = i + NSTEP_AHEAD
+        if a < b:
+            q = idx[a]
+            st = 1 if q < ring_base else n_envs
+            _prefetch_span(base + q * rb, t_hi)
+            for k in range(k0, kn):
+                q2 = q + k * st
+                if q2 < cap:
+                    _prefetch(reward, q2)
+                    _prefetch(done, q2)
+                    if stored_trunc:
+                        _prefetch(trunc, q2)
+            q2 = q + (kn - 1) * st
+            if q2 < cap:
+                _prefetch_span(base + q2 * rb + l_lo, l_hi - l_lo)
+        if i < 0:
+            continue
+        q = idx[i]
+        if q < ring_base:  # a demo row: the demos are one stream, p + 1 inside them
+            ahead = n_demo - 1 - q
+            m = n if ahead >= n else ahead + 1
+            step = 1
+            wrap = 0
+            end = n_demo
+        else:
+            j = q - ring_base - start
+            if j < 0:
+                j += ring_cap
+            if j + (n - 1) * n_envs < size:  # the whole window is held: no division
+                m = n
+            else:
+                ahead = (size - 1 - j) // n_envs
+                m = n if ahead >= n else ahead + 1
+            step = n_envs
+            wrap = ring_cap
+            end = ring_end
+        g = 1.0
+        acc = 0.0
+        d = -1.0
+        lq = q
+        for _ in range(m):
+            if rq:
+                acc += g * np.float64(dequantize(reward[q], rlow, rstep))
+            else:
+                acc += g * np.float64(reward[q])
+            lq = q
+            if done[q]:
+                d = 0.0
+                break
+            g *= gamma
+            if trunc[q]:
+                break
+            q += step
+            if q >= end:
+                q -= wrap
+        last[i] = lq
+        ret[i] = acc
+        disc[i] = g if d < 0 else 0.0
+        st_t = base + idx[i] * rb
+        st_l = base + lq * rb
+        for c in range(nc):
+            nb = tab[c, 1]
+            _move_bytes(addrs[c] + i * nb, (st_l if tab[c, 2] else st_t) + tab[c, 0], nb)
 
 
 @njit_kernel

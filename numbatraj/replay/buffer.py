@@ -97,12 +97,21 @@ class _NstepPlan:
 
     ``at_last``: the ``next_<x>`` columns (``x`` declared), read at row ``t + m - 1``;
     ``words_l``: the record words ``[lo, hi)`` that hold the narrow ones (``(0, 0)``: none);
+    ``words_t``: the record words ``[0, words_t)`` that hold the other narrow columns (read
+    at ``t``); ``tab`` (None when a narrow column is quantised): per narrow column with
+    bytes, ``tab_names``, its (byte offset, bytes, read at ``t + m - 1``) in the record;
+    ``bytes_tl``: the bytes ``[0, t_hi)`` read at ``t`` and ``[l_lo, l_hi)`` at the last row;
     ``rq``, ``rlow``, ``rstep``: the reward column's quantisation; ``fused``: no ``next_of``
     and no frame stack, so one kernel pass serves the draw.
     """
 
     at_last: tuple[str, ...]
     words_l: tuple[int, int]
+    words_t: int
+    tab_names: tuple[str, ...]
+    tab: np.ndarray | None
+    addrs: np.ndarray
+    bytes_tl: tuple[int, int, int]
     rq: bool
     rlow: float
     rstep: float
@@ -118,15 +127,29 @@ def _nstep_plan(rep: StoreReplay) -> _NstepPlan:
     cols = rep._cols
     at_last = tuple(n for n in cols.names if n.startswith("next_") and n[5:] in cols.specs)
     spans = []
+    end_t = 0
+    names, tab = [], []
     for n in rep._narrow:
         nbytes = cols.row_elems(n) * cols.storage_dtype(n).itemsize
+        off = rep._layout[1][n][0]
+        if nbytes:
+            names.append(n)
+            tab.append((off, nbytes, int(n in at_last)))
         if n in at_last and nbytes:
-            off = rep._layout[1][n][0]
             spans.append((off // 8, -(-(off + nbytes) // 8)))
+        elif n not in at_last:
+            end_t = max(end_t, off + nbytes)
     q = cols.quant.get("reward")
     return _NstepPlan(
         at_last=at_last,
         words_l=(min(a for a, _ in spans), max(b for _, b in spans)) if spans else (0, 0),
+        words_t=-(-end_t // 8),
+        tab_names=tuple(names),
+        tab=(np.array(tab, dtype=np.int64).reshape(-1, 3)
+             if names and not any(n in cols.quant for n in rep._narrow) else None),
+        addrs=np.zeros(len(names), dtype=np.int64),
+        bytes_tl=(end_t, min((a for a, _, at in tab if at), default=0),
+                  max((a + nb for a, nb, at in tab if at), default=0)),
         rq=q is not None, rlow=0.0 if q is None else q.low,
         rstep=0.0 if q is None else q.step,
         fused=not rep._streams.next_of and not rep._streams.frame_stack,
@@ -634,26 +657,30 @@ class StoreReplay(ReplayFront):
 
     def _nstep_work(self, b: int) -> tuple[Any, ...]:
         """Scratch of a fused n-step draw of ``b`` rows, reused per size: the records words
-        at ``t`` and at ``t + m - 1`` (``(b, W)`` uint64 each), each column's view of the
+        at ``t`` (``(b, words_t)`` uint64: the columns read there) and at ``t + m - 1``
+        (``(b, W)``), each column's view of the
         one it is read from, the identity rows (for dequantisation) and ``last``."""
         w = self._ns_work.get(b)
         if w is None:
             if len(self._ns_work) >= 4:
                 self._ns_work.clear()
             rb = self._row_bytes
-            recs_t = np.empty((b, rb // 8), dtype=np.uint64)
+            plan = self._nstep_plan()
+            recs_t = np.empty((b, plan.words_t), dtype=np.uint64)  # the words read at t
             recs_l = np.empty((b, rb // 8), dtype=np.uint64)
-            at_last = self._nstep_plan().at_last
+            at_last = plan.at_last
             cols = {}
             for name in self._narrow:
                 q, e, wdt = self._plan[name]
                 off = self._layout[1][name][0]
-                raw = (recs_l if name in at_last else recs_t).view(np.uint8)
+                last_col = name in at_last
+                raw = (recs_l if last_col else recs_t).view(np.uint8)
+                rs = rb if last_col else plan.words_t * 8
                 if q is None:
                     n_w = e * self._cols.storage_dtype(name).itemsize // wdt.itemsize
-                    cols[name] = _view(raw, (b, n_w), wdt, off, rb)
+                    cols[name] = _view(raw, (b, n_w), wdt, off, rs)
                 else:
-                    cols[name] = _view(raw, (b, e), np.dtype(np.uint8), off, rb)
+                    cols[name] = _view(raw, (b, e), np.dtype(np.uint8), off, rs)
             w = self._ns_work[b] = (recs_t, recs_l, cols, np.arange(b, dtype=np.int64),
                                     np.empty(b, dtype=np.int64))
         return w
@@ -671,14 +698,26 @@ class StoreReplay(ReplayFront):
         of the same pass over the former 8-byte n-step table 196-215 us (the table is a
         second random place per lane, while the next rows of a stream are in the lane's own
         pages); the former three passes (table walk, record gather, next_* gather) 480 us.
-        Without the prefetch, touching the lines per block of 64 lanes: 430 us.
+        Without the prefetch, touching the lines per block of 64 lanes: 430 us.  Since then
+        (one process, interleaved, load 2.5-2.6): with no quantised record column the pass
+        writes each column straight into its output (``nstep_gather_cols_cpu``), the draw
+        174-181 us (n=3) against 110-112 us for the plain draw, whose record gather now
+        prefetches (see docs/replay.md, fourth n-step round).
         """
         recs_t, recs_l, cols, ident, last = self._nstep_work(b)
-        _sk.nstep_gather_cpu(idx, ns[0], ns[1], self._nstep_reward(), plan.rq, plan.rlow,
-                             plan.rstep, self._done_v, self._trunc_v, *self._geom(),
-                             self._rec, recs_t, *plan.words_l, recs_l,
-                             outputs["return"], outputs["discount"], last)
-        self._copy_out(cols, self._narrow, outputs, b, ident)
+        if plan.tab is not None:  # no quantised record column: straight into the outputs
+            outs = tuple(outputs[n].reshape(-1).view(np.uint8) for n in plan.tab_names)
+            _sk.nstep_gather_cols_cpu(idx, ns[0], ns[1], self._nstep_reward(), plan.rq,
+                                      plan.rlow, plan.rstep, self._done_v, self._trunc_v,
+                                      *self._geom(), self._rec, *plan.bytes_tl, plan.tab,
+                                      outs, plan.addrs, outputs["return"],
+                                      outputs["discount"], last)
+        else:
+            _sk.nstep_gather_cpu(idx, ns[0], ns[1], self._nstep_reward(), plan.rq, plan.rlow,
+                                 plan.rstep, self._done_v, self._trunc_v, *self._geom(),
+                                 self._rec, recs_t, *plan.words_l, recs_l,
+                                 outputs["return"], outputs["discount"], last)
+            self._copy_out(cols, self._narrow, outputs, b, ident)
         for name in self._wide:
             out = outputs[name]
             rows = last if name in plan.at_last else idx

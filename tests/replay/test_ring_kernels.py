@@ -89,6 +89,21 @@ def test_gather_rows_matches_reference(b, wdt, w, rng):
     np.testing.assert_array_equal(out, gather_rows_ref(src, idx))
 
 
+@pytest.mark.parametrize("b", [0, 1, rk.GATHER_AHEAD - 1, rk.GATHER_AHEAD, rk.GATHER_AHEAD + 1,
+                               3 * rk.GATHER_AHEAD + 5])  # around the prefetch distance
+@pytest.mark.parametrize("lo, hi", [(0, 21), (3, 20), (20, 21), (5, 5)])
+def test_gather_rows_of_record_views(b, lo, hi, rng):
+    """A column of the records (a strided view, rows 168 bytes apart) and the whole records,
+    with the last rows of the source drawn: the prefetch reaches past the copy."""
+    records = rng.integers(0, 2**63, size=(90, 21), dtype=np.uint64)
+    src = records[:, lo:hi]
+    idx = rng.integers(0, 90, size=b).astype(np.int64)
+    idx[-min(b, 2):] = 89
+    out = np.full((b, hi - lo), 7, dtype=np.uint64)
+    rk.gather_rows_cpu(src, idx, out)
+    np.testing.assert_array_equal(out, gather_rows_ref(src, idx))
+
+
 def test_copy_rows_out_of_records(rng):
     records = rng.integers(0, 2**32, size=(70, 6), dtype=np.uint32)
     col = records[:, 1:4]  # strided rows

@@ -588,3 +588,42 @@ def test_nstep_far_beyond_every_stream_stops_at_the_write_head(next_of, rng):
     rep.add(**model.step_rows(12, rng, p_done=0.05, p_trunc=0.0))
     out, _ = rep.sample(256, n_step=2**40, gamma=0.9)
     _check_transitions(rep, model, out, 2**40, 0.9, 0)
+
+
+@pytest.mark.parametrize("n_envs", [1, 3])
+def test_nstep_draw_writes_columns_of_every_size_straight_into_the_outputs(n_envs, rng):
+    """The fused n-step draw copies each record column into its output with 64/16/8/4-byte
+    moves (the last overlapping) or a byte loop: columns of 1 to 130 bytes, at t and at
+    t + m - 1, equal rows() at those rows (and the targets nstep_cpu's)."""
+    sizes = [1, 2, 3, 5, 7, 9, 15, 17, 33, 65, 130]
+    cols = [ColumnSpec(f"c{k}", np.uint8, (k,)) for k in sizes]
+    cols += [ColumnSpec("reward", np.float32, ()), ColumnSpec("done", np.bool_, ()),
+             ColumnSpec("next_c9", np.uint8, (9,)), ColumnSpec("next_c65", np.uint8, (65,)),
+             ColumnSpec("h", np.float16, (3,))]
+    cap = 12 * n_envs
+    rep = StoreReplay(cols, cap, n_envs=n_envs, seed=4)
+    assert rep._nstep_plan().tab is not None
+    steps = 17
+    rows = {c.name: rng.integers(0, 256, (steps, n_envs, *c.shape)).astype(c.dtype)
+            for c in cols if c.dtype == np.uint8}
+    rows["reward"] = rng.standard_normal((steps, n_envs)).astype(np.float32)
+    rows["done"] = rng.random((steps, n_envs)) < 0.2
+    rows["h"] = rng.standard_normal((steps, n_envs, 3)).astype(np.float16)
+    if n_envs == 1:  # one env: (T, *shape)
+        rows = {k: v[:, 0] for k, v in rows.items()}
+    rep.add(**rows)  # wraps
+    held = rep.time_order()
+    idx = np.concatenate([held, rng.choice(held, 50)]).astype(np.int64)
+    for n in (1, 3, 5):
+        out = rep._new_outputs_ext(idx.shape[0], (n, 0.9))
+        rep._gather_ext(idx, out, idx.shape[0], (n, 0.9))
+        want = [np.empty(idx.shape[0], np.float32), np.empty(idx.shape[0], np.float32),
+                np.empty(idx.shape[0], np.int64)]
+        sk.nstep_cpu(idx, n, 0.9, rep._nstep_reward(), rep._done_v, rep._trunc_v,
+                     *rep._geom(), *want)
+        np.testing.assert_array_equal(out["return"], want[0])
+        np.testing.assert_array_equal(out["discount"], want[1])
+        at_t, at_last = rep.rows(idx), rep.rows(want[2])
+        for c in cols:
+            ref = at_last if c.name.startswith("next_") else at_t
+            np.testing.assert_array_equal(out[c.name], ref[c.name], err_msg=c.name)
