@@ -27,7 +27,7 @@ from numba.extending import intrinsic
 from numbatraj._jit import device_twin, njit_kernel
 from numbatraj.replay._lanes import BETA, CURSOR, DRAW, N_DEMO, SIZE, per_lane, window_start
 from numbatraj.replay._quantize_kernels import dequantize
-from numbatraj.replay._ring_kernels import physical_row
+from numbatraj.replay._ring_kernels import _address, physical_row
 from numbatraj.samplers.kernels import philox_index, philox_uniform
 
 __all__ = [
@@ -242,17 +242,6 @@ def _move_n_typer(nbytes):  # type: ignore[no-untyped-def]
     return typer
 
 
-def _address_typer(typingctx, arr):  # type: ignore[no-untyped-def]
-    """Address of ``arr``'s first byte, as an integer."""
-    sig = types.intp(arr)
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        a = context.make_array(signature.args[0])(context, builder, args[0])
-        return builder.ptrtoint(a.data, context.get_value_type(types.intp))
-
-    return sig, codegen
-
-
 def _prefetch_at_typer(typingctx, addr):  # type: ignore[no-untyped-def]
     """Prefetch (read, all cache levels) the line holding the address ``addr``."""
     sig = types.void(types.intp)
@@ -273,7 +262,6 @@ _move16: Any = intrinsic(_move_n_typer(16))
 _move8: Any = intrinsic(_move_n_typer(8))
 _move4: Any = intrinsic(_move_n_typer(4))
 _move1: Any = intrinsic(_move_n_typer(1))
-_address: Any = intrinsic(_address_typer)
 _prefetch_at: Any = intrinsic(_prefetch_at_typer)
 
 #: Helpers of the per-lane loops, inlined at the Numba level: as plain calls each passes its
