@@ -24,13 +24,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 from typing import Any
 
 import h5py
 import numpy as np
+
+from tests.integrity.flipsweep import run_in_workers
 
 KINDS = ("checkpoint", "demo")
 REGIONS = {
@@ -248,24 +249,8 @@ def _worker(kind: str, n: int, seed: int, out_path: str, skip: int) -> None:
 
 def sweep(kind: str, n: int, seed: int, out_path: str, env: dict | None = None) -> list[dict]:
     """Run the sweep in worker processes (a crash is recorded and skipped); the results."""
-    open(out_path, "w").close()
-    skip = 0
-    while True:
-        proc = subprocess.run([sys.executable, "-m", "tests.integrity.ckptsweep", kind, str(n),
-                               str(seed), out_path, str(skip)], env=env, capture_output=True,
-                              text=True)
-        lines = [json.loads(x) for x in open(out_path)]
-        done = [x for x in lines if "result" in x]
-        if proc.returncode == 0:
-            return done
-        started = [x["i"] for x in lines if x.get("state") == "start"]
-        last = started[-1] if started else skip
-        if any(x["i"] == last for x in done):
-            raise RuntimeError(f"flip worker failed: {proc.stderr[-2000:]}")
-        with open(out_path, "a") as fh:
-            fh.write(json.dumps({"i": last, "kind": kind,
-                                 "result": f"crash:{proc.returncode}"}) + "\n")
-        skip = last + 1
+    return run_in_workers("tests.integrity.ckptsweep", [kind, str(n), str(seed)], out_path,
+                          env, {"kind": kind})
 
 
 def summary(results: list[dict]) -> dict[str, int]:

@@ -173,14 +173,16 @@ def _worker(n: int, seed: int, out_path: str, skip: int) -> None:
             out.flush()
 
 
-def sweep(n: int, seed: int, out_path: str, env: dict | None = None) -> list[dict]:
-    """Run the sweep in worker processes (a crash is recorded and skipped); the results."""
+def run_in_workers(module: str, args: list[str], out_path: str, env: dict | None = None,
+                   crash_fields: dict | None = None) -> list[dict]:
+    """Run ``python -m module *args out_path skip`` until it finishes: a worker that dies
+    (a crash) has the mutation it had started recorded as ``crash:<rc>`` (with
+    ``crash_fields``) and the next worker starts after it.  The results, one dict each."""
     open(out_path, "w").close()
     skip = 0
     while True:
-        proc = subprocess.run([sys.executable, "-m", "tests.integrity.flipsweep", str(n),
-                               str(seed), out_path, str(skip)], env=env, capture_output=True,
-                              text=True)
+        proc = subprocess.run([sys.executable, "-m", module, *args, out_path, str(skip)],
+                              env=env, capture_output=True, text=True)
         lines = [json.loads(x) for x in open(out_path)]
         done = [x for x in lines if "result" in x]
         if proc.returncode == 0:
@@ -190,8 +192,14 @@ def sweep(n: int, seed: int, out_path: str, env: dict | None = None) -> list[dic
         if any(x["i"] == last for x in done):
             raise RuntimeError(f"flip worker failed: {proc.stderr[-2000:]}")
         with open(out_path, "a") as fh:
-            fh.write(json.dumps({"i": last, "result": f"crash:{proc.returncode}"}) + "\n")
+            fh.write(json.dumps({"i": last, **(crash_fields or {}),
+                                 "result": f"crash:{proc.returncode}"}) + "\n")
         skip = last + 1
+
+
+def sweep(n: int, seed: int, out_path: str, env: dict | None = None) -> list[dict]:
+    """Run the sweep in worker processes (a crash is recorded and skipped); the results."""
+    return run_in_workers("tests.integrity.flipsweep", [str(n), str(seed)], out_path, env)
 
 
 def summary(results: list[dict]) -> dict[str, int]:
