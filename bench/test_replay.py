@@ -277,23 +277,6 @@ def _pix_replay() -> StoreReplay:
     return rep
 
 
-def test_pix_sample_numbatraj(benchmark, ratios):
-    rep = _pix_replay()
-    rep.sample(PIX_BATCH)
-    benchmark(lambda: rep.sample(PIX_BATCH))
-    for g in (G_PIX, G_PIX_TAKE):
-        ratios.record(g, "StoreReplay.sample", benchmark, items=PIX_BATCH)
-
-
-def test_pix_sample_into_numbatraj(benchmark, ratios):
-    rep = _pix_replay()
-    outs = {c.name: np.empty((PIX_BATCH, *c.shape), c.dtype) for c in _pix_columns()}
-    rep.sample_into(outs, PIX_BATCH)
-    benchmark(lambda: rep.sample_into(outs, PIX_BATCH))
-    for g in (G_PIX, G_PIX_TAKE):
-        ratios.record(g, "StoreReplay.sample_into", benchmark, items=PIX_BATCH)
-
-
 def _pix_next_of_cpprb():  # type: ignore[no-untyped-def]
     return cpprb.ReplayBuffer(PIX_CAP, {
         "obs": {"shape": PIX, "dtype": np.uint8}, "act": {"shape": ACT}, "rew": {},
@@ -317,21 +300,21 @@ def _pix_next_of_replay() -> StoreReplay:
     return rep
 
 
-def test_pix_sample_next_of_numbatraj(benchmark, ratios):
-    rep = _pix_next_of_replay()
-    rep.sample(PIX_BATCH)
-    benchmark(lambda: rep.sample(PIX_BATCH))
+@pytest.mark.parametrize("into", [False, True], ids=["sample", "sample_into"])
+@pytest.mark.parametrize("next_of", [False, True], ids=["stored", "next_of"])
+def test_pix_sample_numbatraj(benchmark, ratios, next_of, into):
+    """obs and next_obs stored, or obs with ``next_of``; ``sample`` or ``sample_into``."""
+    rep = _pix_next_of_replay() if next_of else _pix_replay()
+    if into:
+        outs = {c.name: np.empty((PIX_BATCH, *c.shape), c.dtype) for c in _pix_columns()}
+        draw = lambda: rep.sample_into(outs, PIX_BATCH)  # noqa: E731
+    else:
+        draw = lambda: rep.sample(PIX_BATCH)  # noqa: E731
+    draw()
+    benchmark(draw)
+    name = f"StoreReplay{'(next_of)' if next_of else ''}.{'sample_into' if into else 'sample'}"
     for g in (G_PIX, G_PIX_TAKE):
-        ratios.record(g, "StoreReplay(next_of).sample", benchmark, items=PIX_BATCH)
-
-
-def test_pix_sample_into_next_of_numbatraj(benchmark, ratios):
-    rep = _pix_next_of_replay()
-    outs = {c.name: np.empty((PIX_BATCH, *c.shape), c.dtype) for c in _pix_columns()}
-    rep.sample_into(outs, PIX_BATCH)
-    benchmark(lambda: rep.sample_into(outs, PIX_BATCH))
-    for g in (G_PIX, G_PIX_TAKE):
-        ratios.record(g, "StoreReplay(next_of).sample_into", benchmark, items=PIX_BATCH)
+        ratios.record(g, name, benchmark, items=PIX_BATCH)
 
 
 def test_pix_add_numpy_slice_copy(benchmark, ratios):
