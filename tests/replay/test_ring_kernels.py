@@ -164,3 +164,50 @@ def test_gather_wide_pair_of_two_columns(rng):
     rk.gather_wide_pair_cpu(a, idx, out_a, b, idx, out_b)
     np.testing.assert_array_equal(out_a, gather_rows_ref(a, idx))
     np.testing.assert_array_equal(out_b, gather_rows_ref(b, idx))
+
+
+def _records_ref(cols, offs, row_bytes, n):
+    """The ``n`` records a staged add writes: each column's row bytes at its offset,
+    padding zero (plain NumPy slicing, row by row)."""
+    out = np.zeros((n, row_bytes), dtype=np.uint8)
+    for c, off in zip(cols, offs):
+        w = c.shape[1]
+        for r in range(n):
+            out[r, off : off + w] = c[r]
+    return out
+
+
+# widths of every move size and the overlaps between them (1 .. 130 bytes)
+_WIDTHS = [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 63, 64, 65, 68, 127, 128, 130]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("shift", [0, 1, 8, 40, 63])  # the ring's byte offset, any alignment
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 64, 97])
+def test_stage_put_matches_reference(stream, shift, n, rng):
+    widths = list(_WIDTHS)  # every width, each column at its own alignment
+    offs, o = [], 0
+    for k, w in enumerate(widths):
+        offs.append(o)
+        o += w + k % 3  # gaps: padding that must stay zero
+    row_bytes = (o + 7) // 8 * 8
+    cols = [rng.integers(0, 256, (n, w), dtype=np.uint8) for w in widths]
+    total = shift + (n + 2) * row_bytes
+    ring = np.full(total, 0xA5, dtype=np.uint8)  # sentinels around the written span
+    scratch = np.zeros(n * row_bytes, dtype=np.uint8)
+    d = shift + row_bytes
+    rk.stage_put_cpu(ring, d, row_bytes, tuple(c.ravel() for c in cols),
+                     np.array(offs, dtype=np.int64), np.array(widths, dtype=np.int64), n,
+                     scratch, stream)
+    expected = _records_ref(cols, offs, row_bytes, n)
+    np.testing.assert_array_equal(ring[d : d + n * row_bytes].reshape(n, row_bytes), expected)
+    assert (ring[:d] == 0xA5).all() and (ring[d + n * row_bytes :] == 0xA5).all(), \
+        "bytes outside the records were written"
+    # the scratch is reused: a second, smaller batch leaves the padding zero
+    m = max(1, n // 2)
+    cols2 = [rng.integers(0, 256, (m, w), dtype=np.uint8) for w in widths]
+    rk.stage_put_cpu(ring, d, row_bytes, tuple(c.ravel() for c in cols2),
+                     np.array(offs, dtype=np.int64), np.array(widths, dtype=np.int64), m,
+                     scratch, stream)
+    np.testing.assert_array_equal(ring[d : d + m * row_bytes].reshape(m, row_bytes),
+                                  _records_ref(cols2, offs, row_bytes, m))

@@ -1,5 +1,5 @@
 """Batch adds that assemble the row records in a scratch before one contiguous copy into the
-ring (``StoreReplay._put``): every held row equals the plain reference (the last
+ring (``StoreReplay._put``), with or without streaming stores: every held row equals the plain reference (the last
 ``capacity`` rows added, in time order), through wraps, demos and one-row adds."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from numbatraj.data import ColumnSpec
-from numbatraj.replay import StoreReplay
+from numbatraj.replay import StoreReplay, buffer
 from numbatraj.replay.buffer import _STAGE_BYTES
 
 COLS = [ColumnSpec("obs", np.float32, (17,)), ColumnSpec("action", np.float32, (6,)),
@@ -24,11 +24,15 @@ def _rows(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
             "tag": rng.integers(-300, 300, (n, 3)).astype(np.int16)}
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["cached", "streamed"])
 @pytest.mark.parametrize("demo", [0, 700])
-def test_staged_batch_adds_match_the_reference(demo):
+def test_staged_batch_adds_match_the_reference(demo, stream, monkeypatch):
+    # streamed: the ring takes the streaming stores of a ring beyond the caches
+    monkeypatch.setattr(buffer, "_STREAM_RING_BYTES", 0 if stream else 1 << 62)
     rng = np.random.default_rng(7)
     cap = 2500 + demo
     rep = StoreReplay(COLS, cap, demo_capacity=demo)
+    assert rep._stream_adds is stream
     rb = rep._row_bytes
     sizes = [1000, 1500, 700, 1, 2400, 3000, 9, 1200]
     assert any(_STAGE_BYTES[0] <= n * rb <= _STAGE_BYTES[1] for n in sizes)  # staged
