@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
+from numbatraj._cuda import is_simulator
 from numbatraj._jit import device_twin
 from numbatraj.replay import _lanes
 from numbatraj.replay import _stream_kernels as _sk
@@ -27,11 +28,24 @@ __all__ = ["PTX_SIGNATURES"]
 _j = cuda.jit(device=True)
 
 
+def _mul_rn_dev():  # type: ignore[no-untyped-def]
+    """The device twin of ``_stream_kernels.mul_rn_py``: libdevice's ``dmul_rn`` (a product
+    NVVM never fuses into an fma); the plain body under the simulator (Python floats)."""
+    if is_simulator():
+        return _j(_sk.mul_rn_py)
+    from numba.cuda import libdevice
+
+    def mul_rn(a, b):  # type: ignore[no-untyped-def]
+        return libdevice.dmul_rn(a, b)
+
+    return _j(mul_rn)
+
+
 class _Dev:
     """Device compiles of the stream bodies."""
 
     neighbour = _j(_sk.neighbour_py)
-    nstep_row = _j(device_twin(_sk.nstep_row_py, neighbour=neighbour))
+    nstep_row = _j(device_twin(_sk.nstep_row_py, neighbour=neighbour, mul_rn=_mul_rn_dev()))
     window_row = _j(device_twin(_sk.window_row_py, neighbour=neighbour))
     sequence_start = _j(device_twin(_sk.sequence_start_py,
                                     philox_index=kernels.philox_index_dev,

@@ -75,6 +75,16 @@ def neighbour_py(p, k, ring_base, n_demo, ring_cap, n_envs, start, size):  # typ
 neighbour = njit_kernel(neighbour_py)
 
 
+def mul_rn_py(a, b):  # type: ignore[no-untyped-def]
+    """``a * b`` rounded on its own.  The host never fuses a multiply into the add that
+    follows it (no fast-math flags); NVVM does by default, so the device twin of this
+    function is libdevice's ``dmul_rn``, which it never contracts (``_stream_cuda``)."""
+    return a * b
+
+
+mul_rn = njit_kernel(mul_rn_py)
+
+
 @njit_kernel
 def logical_to_physical_cpu(idx, n_first, ring_base, ring_cap, start, out):  # type: ignore[no-untyped-def]
     """``out[i]``: demo row ``idx[i]`` while ``idx[i] < n_first``, else ring logical row
@@ -99,13 +109,14 @@ def nstep_row_py(i, q, n, gamma, reward, done, trunc, ring_base, n_demo, ring_ca
     ``done`` or ``truncated`` row and at the newest held row of the stream.
     ``ret[i] = sum_k gamma**k reward[q+k]`` (a float64 sum, stored in ``ret``'s dtype),
     ``disc[i]`` ``gamma**m`` or 0 when the window ended on ``done``, ``last[i]`` the row
-    ``q+m-1``.  One body for the host (:func:`nstep_cpu`) and the device (``_ring_cuda``).
+    ``q+m-1``.  One body for the host (:func:`nstep_cpu`) and the device (``_ring_cuda``):
+    each term is rounded before it is added (:func:`mul_rn_py`), as on the host.
     """
     g = 1.0
     acc = 0.0
     d = -1.0
     for _ in range(n):
-        acc += g * np.float64(reward[q])  # float64 in the simulator too
+        acc += mul_rn(g, np.float64(reward[q]))  # float64 in the simulator too; no fma
         last[i] = q
         if done[q]:
             d = 0.0

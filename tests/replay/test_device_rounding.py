@@ -28,9 +28,8 @@ def test_window_priorities_round_like_numpy(monkeypatch):
     assert not re.search(r"\bfma\.", ptx), "eta * max + (1 - eta) * mean fused into an fma"
 
 
-@pytest.mark.xfail(strict=True, reason="known: nstep_row_py's acc += g * reward is fused "
-                   "into an fma on the device (the body is shared with the host kernels "
-                   "being tuned; fix it there)")
-def test_nstep_returns_round_like_the_host(monkeypatch):
-    ptx = _ptx(monkeypatch, "_nstep_cuda", "float32[:]")
-    assert not re.search(r"\bfma\.", ptx)
+@pytest.mark.parametrize("sig_part", ["float32[:]", "float64[:]"])
+def test_nstep_returns_round_like_the_host(monkeypatch, sig_part):
+    ptx = _ptx(monkeypatch, "_nstep_cuda", sig_part)
+    assert re.search(r"\bmul\.rn\.f64", ptx)  # each term rounded on its own (dmul_rn)
+    assert not re.search(r"\bfma\.", ptx), "acc += g * reward fused into an fma"
