@@ -23,7 +23,7 @@ import numba
 import numpy as np
 import pytest
 
-from bench.conftest import bench_scale
+from bench.conftest import RESULTS, bench_scale
 from bench.report import (
     BATCH,
     GROUP,
@@ -114,7 +114,8 @@ def walker(tmp_path_factory):
     disk.close()
     os.remove(path)
     if all("warm" in _RES["seconds"][k] for k in PATTERNS):
-        for p in write_report(_RES):
+        for p in write_report(_RES, RESULTS):  # the run's directory (make bench: one per
+            # thread setting)
             print(f"\nwrote {p}")
 
 
