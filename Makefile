@@ -14,7 +14,7 @@ STAMP  := $(VENV)/.installed
 SRC_HASH := $(shell cat $$(find numbatraj -name '*.py' | sort) | sha1sum | cut -c1-12)
 export NUMBA_CACHE_DIR ?= $(CURDIR)/build/numba-cache/$(SRC_HASH)
 
-.PHONY: venv demo test test-host test-cuda test-core test-min test-lerobot lint docs bench soak clean
+.PHONY: venv demo test test-host test-cuda test-core test-min test-lerobot lint docs bench bench-peers soak clean
 
 venv: $(STAMP)
 
@@ -107,6 +107,22 @@ bench: $(STAMP)
 	NUMBA_NUM_THREADS=1 NUMBATRAJ_BENCH_RESULTS=bench/results/threads1 $(PY) -m pytest bench \
 	    --benchmark-only --benchmark-json=bench/results/threads1/benchmarks.json -s
 	$(PY) bench/report.py --merge bench/results/default bench/results/threads1
+
+# The peers that need a torch or jax of their own (TorchRL on torch 2.14.1, flashbax on jax,
+# CPU): a venv of theirs with numbatraj from this checkout; bench/test_peers.py times them
+# beside StoreReplay in one process, bench/torchrl_slice.py writes the SliceSampler figure
+# that bench/test_replay.py's sequences table reads.
+PEERS_VENV := build/torchrl-venv
+bench-peers:
+	test -f $(PEERS_VENV)/.peers-installed || { rm -rf $(PEERS_VENV) && \
+	    python3.11 -m venv $(PEERS_VENV) && \
+	    $(PEERS_VENV)/bin/python -m pip install --quiet torch==2.14.1 torchrl flashbax jax && \
+	    touch $(PEERS_VENV)/.peers-installed; }
+	$(PEERS_VENV)/bin/python -m pip install --quiet -e ".[bench]" pytest pytest-benchmark
+	mkdir -p bench/results/peers
+	NUMBA_CACHE_DIR=$(CURDIR)/build/numba-cache-peers NUMBATRAJ_BENCH_RESULTS=bench/results/peers \
+	    $(PEERS_VENV)/bin/python -m pytest bench/test_peers.py --benchmark-only -s -p no:cacheprovider
+	$(PEERS_VENV)/bin/python bench/torchrl_slice.py
 
 # the full integrity sweeps of issue 15: 3,200 bit flips, every injection point, 20 races
 soak: $(STAMP)
