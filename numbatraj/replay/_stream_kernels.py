@@ -276,7 +276,9 @@ _inline = numba.njit(cache=True, nogil=True, inline="always")
 #: Measured (4096 lanes, 168-byte records at 10^6 rows; n=3 one env / n=5 eight envs; one
 #: run, load 4.7): 8 ahead 157 / 177 us, 12: 146 / 175, 16: 148 / 175, 24: 148 / 180,
 #: 32: 159 / 180; with the inlined helpers (n=3, eight envs, load 7): 16: 75, 32: 79,
-#: 48: 81 us with the records in L2, 132 / 135 / 135 at 10^6 rows.
+#: 48: 81 us with the records in L2, 132 / 135 / 135 at 10^6 rows.  With the record grouped
+#: for the walk and the block scratch of :func:`nstep_gather_cols_cpu` (n=3 / n=5, one env,
+#: load 2.7): 8: 153 / 187 us, 12: 134 / 186, 16: 128 / 185, 24: 132 / 189.
 NSTEP_AHEAD = 16
 #: Lanes :func:`nstep_gather_cols_cpu` gathers into its block scratch before moving them out
 #: column by column (4096 lanes, n=3, load 1.5: 32, 64 and 128 lanes 117-119 us).
