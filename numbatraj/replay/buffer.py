@@ -730,10 +730,11 @@ class StoreReplay(ReplayFront):
         writes each column straight into its output (``nstep_gather_cols_cpu``), the draw
         174-181 us (n=3) against 110-112 us for the plain draw, whose record gather now
         prefetches (see docs/replay.md, fourth n-step round).  Fifth round (one process,
-        interleaved, load 2.8): the record grouped for the walk (:func:`_record_layout`) and
-        the columns moved out of a block scratch every 32 lanes, the draw 156 us (n=3)
-        against 179 us before and 111 us for the plain draw; either change alone measured
-        no gain (see docs/replay.md).
+        interleaved, load 0.4-0.5): the record grouped for the walk (:func:`_record_layout`),
+        the columns moved out of a block scratch every 32 lanes and no ``truncated`` load
+        when none is stored, the draw 148 us (n=3) against 176 us before and 109 us for the
+        plain draw (unchanged); the grouping or the block alone measured no gain (see
+        docs/replay.md, fifth n-step round).
         """
         recs_t, recs_l, cols, ident, last = self._nstep_work(b)
         if plan.tab is not None:  # no quantised record column: straight into the outputs
