@@ -427,3 +427,63 @@ def test_wide_columns_are_stored_apart_and_agree_with_the_record_layout(prioriti
     again.load_state_dict(state)
     for name in data:
         np.testing.assert_array_equal(again.storage(name), wide.storage(name))
+
+
+_LAYOUTS = {
+    # the bench's 168-byte record: others, then reward + done, then next_obs (no padding)
+    "sac": ([ColumnSpec("obs", np.float32, (17,)), ColumnSpec("action", np.float32, (6,)),
+             ColumnSpec("reward", np.float32, ()), ColumnSpec("next_obs", np.float32, (17,)),
+             ColumnSpec("done", np.bool_, ())], 168, True),
+    "truncated": ([ColumnSpec("done", np.bool_, ()), ColumnSpec("next_obs", np.float64, (3,)),
+                   ColumnSpec("truncated", np.bool_, ()), ColumnSpec("obs", np.float64, (3,)),
+                   ColumnSpec("reward", np.float64, ())], 64, True),
+    # grouping would pad the record from 24 to 32 bytes: widest word first instead
+    "padded": ([ColumnSpec("obs", np.float64, ()), ColumnSpec("tag", np.uint8, (3,)),
+                ColumnSpec("reward", np.float32, ()), ColumnSpec("done", np.bool_, ()),
+                ColumnSpec("next_obs", np.float64, ())], 24, False),
+    "no walk columns": ([ColumnSpec("a", np.int16, (3,)), ColumnSpec("b", np.float32, ()),
+                         ColumnSpec("next_b", np.float32, ())], 16, True),
+}
+
+
+@pytest.mark.parametrize("name", list(_LAYOUTS))
+def test_record_layout_keeps_the_walk_columns_together_and_next_columns_after(name):
+    # reward / done / truncated adjacent (an n-step walk reads 1-2 lines per row), the
+    # next_* columns right after them, every column on its word size, and never a longer
+    # record than all columns widest word first
+    from numbatraj.replay import buffer as B
+
+    specs, size, grouped = _LAYOUTS[name]
+    rep = StoreReplay(specs, 4)
+    got, where = B._record_layout(rep._cols)
+    nbytes = {s.name: int(np.prod(s.shape, dtype=np.int64)) * np.dtype(s.dtype).itemsize
+              for s in specs}
+    assert got == size == -(-sum(nbytes.values()) // 8) * 8
+    spans = sorted((off, off + nbytes[n], n) for n, (off, _) in where.items())
+    for (_, hi, _), (lo, _, _) in zip(spans, spans[1:]):
+        assert hi <= lo  # disjoint
+    for n, (off, wdt) in where.items():
+        assert off % wdt.itemsize == 0 and off % np.dtype(rep._cols.storage_dtype(n)).itemsize == 0
+        assert off + nbytes[n] <= size
+    order = [n for _, _, n in spans]
+    walk = [n for n in order if n in ("reward", "done", "truncated")]
+    nxt = [n for n in order if n.startswith("next_")]
+    if grouped:
+        i = order.index(walk[0]) if walk else len(order) - len(nxt)
+        assert order[i : i + len(walk)] == walk  # adjacent
+        assert order[i + len(walk) :] == nxt  # then the next_* columns, and nothing else
+        assert [where[n][0] for n in walk] == sorted(where[n][0] for n in walk)
+        if walk:
+            w_hi = max(where[n][0] + nbytes[n] for n in walk)
+            assert not nxt or where[nxt[0]][0] - w_hi < 8
+    else:
+        words = [where[n][1].itemsize for n in order]
+        assert words == sorted(words, reverse=True)  # widest word first
+    # the draw agrees with the stored rows either way
+    rng = np.random.default_rng(0)
+    data = {s.name: (rng.random((6, *s.shape)) < 0.3 if s.dtype == np.bool_ else
+                     rng.integers(0, 100, (6, *s.shape)).astype(s.dtype)) for s in specs}
+    rep.add(**data)
+    held = rep.rows()
+    for s in specs:
+        np.testing.assert_array_equal(held[s.name], data[s.name][2:])
