@@ -141,6 +141,10 @@ class ReplayFront(abc.ABC):
         specs = self._cols.specs
         self._streams = _st.stream_config(specs, self._cols.quant, self._r, n_envs, next_of,
                                           frame_stack)
+        #: per-draw constants: whether n-step draws passed their schema checks once, and the
+        #: outputs of a transition draw per (batch size or None, n-step or not)
+        self._nstep_schema_ok = False
+        self._out_cache: dict[tuple[int | None, bool], Any] = {}
         st = self._streams
         asked = [o for o, on in (("n_envs", st.n_envs > 1), ("next_of", bool(st.next_of)),
                                  ("frame_stack", bool(st.frame_stack))) if on]
@@ -630,9 +634,14 @@ class ReplayFront(abc.ABC):
     def _check_nstep(self, n_step: int | None, gamma: float) -> tuple[int, float] | None:
         if n_step is None:
             return None
+        if not self._nstep_schema_ok:
+            self._check_nstep_schema()
+        return check_count("n_step", n_step), check_real("gamma", gamma, 0.0, False)
+
+    def _check_nstep_schema(self) -> None:
+        """The checks of an n-step draw that depend on the schema only (once per replay)."""
         if "n_step" not in self._OPTIONS:
             raise SamplerError(f"{self._KIND} does not support n_step yet; StoreReplay does")
-        n = check_count("n_step", n_step)
         if "reward" not in self._cols.specs:
             raise SchemaError("n_step needs a 'reward' column (n-step returns sum it)")
         clash = [c for c in _st.NSTEP_OUTPUTS if c in self._cols.specs or
@@ -641,10 +650,18 @@ class ReplayFront(abc.ABC):
             raise SchemaError(
                 f"n_step returns {_st.NSTEP_OUTPUTS}; the column {clash[0]!r} has that name"
             )
-        return n, check_real("gamma", gamma, 0.0, False)
+        self._nstep_schema_ok = True
 
     def _out_specs(self, ns: tuple[int, float] | None) -> dict[str, tuple[np.dtype, tuple]]:
-        """Every output of a transition draw: ``(dtype, row shape)`` per name."""
+        """Every output of a transition draw: ``(dtype, row shape)`` per name (computed
+        once per replay and n-step or not; callers do not modify it)."""
+        key = (None, ns is not None)
+        out = self._out_cache.get(key)
+        if out is None:
+            out = self._out_cache[key] = self._out_specs_of(ns)
+        return out  # type: ignore[no-any-return]
+
+    def _out_specs_of(self, ns: tuple[int, float] | None) -> dict[str, tuple[np.dtype, tuple]]:
         fs = self._streams.frame_stack
         out: dict[str, tuple[np.dtype, tuple]] = {}
         for name, spec in self._cols.specs.items():
@@ -659,7 +676,14 @@ class ReplayFront(abc.ABC):
 
     def _new_outputs_ext(self, b: int, ns: tuple[int, float] | None) -> dict[str, Any]:
         """Backend: new arrays for every output of :meth:`_out_specs`."""
-        return block_outputs({n: (dt, (b, *shp)) for n, (dt, shp) in self._out_specs(ns).items()})
+        key = (b, ns is not None)
+        specs = self._out_cache.get(key)
+        if specs is None:
+            if len(self._out_cache) >= 16:  # batch sizes come and go: keep a few
+                self._out_cache = {k: v for k, v in self._out_cache.items() if k[0] is None}
+            specs = self._out_cache[key] = {n: (dt, (b, *shp))
+                                            for n, (dt, shp) in self._out_specs(ns).items()}
+        return block_outputs(specs)
 
     def _check_outputs_ext(self, outputs: Mapping[str, Any], b: int,
                            ns: tuple[int, float] | None) -> dict[str, Any]:

@@ -736,7 +736,7 @@ class StoreReplay(ReplayFront):
         """
         recs_t, recs_l, cols, ident, last = self._nstep_work(b)
         if plan.tab is not None:  # no quantised record column: straight into the outputs
-            outs = tuple(outputs[n].reshape(-1).view(np.uint8) for n in plan.tab_names)
+            outs = tuple([outputs[n].ravel().view(_U8) for n in plan.tab_names])
             _sk.nstep_gather_cols_cpu(idx, ns[0], ns[1], self._nstep_reward(), plan.rq,
                                       plan.rlow, plan.rstep, self._done_v, self._trunc_v,
                                       *self._geom(), self._rec, *plan.bytes_tl, plan.tab,
