@@ -35,6 +35,7 @@ __all__ = [
     "nstep_cpu",
     "nstep_gather_cpu",
     "nstep_gather_cols_cpu",
+    "gather_record_cols_cpu",
     "nstep_row_py",
     "next_rows_cpu",
     "stack_rows_cpu",
@@ -571,6 +572,51 @@ def nstep_gather_cols_cpu(idx, n, gamma, reward, rq, rlow, rstep, done, trunc, r
                 dst = addrs[c] + s0 * nb
                 for k in range(j + 1):
                     _move_bytes(dst + k * nb, src + k * rb, nb)
+
+
+#: Lanes whose records :func:`gather_record_cols_cpu` prefetches ahead of the lane it
+#: copies (the record gather's distance, ``_ring_kernels.GATHER_AHEAD``).
+RECORD_AHEAD = 48
+
+
+@njit_kernel
+def gather_record_cols_cpu(rec, idx, tab, outs, addrs, block):  # type: ignore[no-untyped-def]
+    """The columns of the records ``idx`` of ``rec`` (uint64 ``(capacity, W)``) straight
+    into their outputs: ``outs[c]`` (a C-contiguous ``(B, ...)`` output) gets, per lane,
+    bytes ``[tab[c, 0], tab[c, 0] + tab[c, 1])`` of record ``idx[i]``; ``addrs`` (int64, as
+    long as ``tab``) is scratch for the outputs' addresses.
+
+    Each lane's record goes to its row of ``block`` (uint64 ``(NSTEP_BLOCK, W)``), and every
+    :data:`NSTEP_BLOCK` lanes the block goes out column by column (one move size per inner
+    loop, from L1), as in :func:`nstep_gather_cols_cpu`; each lane's record lines are
+    prefetched :data:`RECORD_AHEAD` lanes ahead.  Instead of gathering whole records into
+    a scratch of ``B`` records (beyond L1 at 4096 lanes) and copying each column out of it
+    with a kernel call per column.  Returns 0.
+    """
+    b = idx.shape[0]
+    rb = rec.shape[1] * rec.itemsize
+    base = _address(rec)
+    nc = tab.shape[0]
+    for c in range(nc):
+        addrs[c] = _address(outs[c])
+    blk = _address(block)
+    for i in range(-RECORD_AHEAD, b):
+        a = i + RECORD_AHEAD
+        if a < b:
+            _prefetch_span(base + idx[a] * rb, rb)
+        if i < 0:
+            continue
+        j = i % NSTEP_BLOCK
+        _move_bytes(blk + j * rb, base + idx[i] * rb, rb)
+        if j == NSTEP_BLOCK - 1 or i == b - 1:  # the block's lanes out, column by column
+            s0 = i - j
+            for c in range(nc):
+                nb = tab[c, 1]
+                src = blk + tab[c, 0]
+                dst = addrs[c] + s0 * nb
+                for k in range(j + 1):
+                    _move_bytes(dst + k * nb, src + k * rb, nb)
+    return 0
 
 
 @njit_kernel

@@ -310,6 +310,21 @@ class StoreReplay(ReplayFront):
                 self._plan[name] = (q, e, None)
             self._data[name] = arr
         self._gather_work: dict[int, tuple[Any, ...]] = {}
+        #: the record gather straight into the outputs (``_sk.gather_record_cols_cpu``):
+        #: names, (offset, bytes, 0) per narrow column with bytes, its address scratch and
+        #: lane block; None when a narrow column is quantised (those go through the scratch)
+        self._cols_gather: tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray] | None
+        self._cols_gather = None
+        with_bytes = [n for n in narrow if self._cols.row_elems(n)]
+        if with_bytes and not any(n in self._cols.quant for n in narrow):
+            self._cols_gather = (
+                tuple(with_bytes),
+                np.array([(self._layout[1][n][0],
+                           self._cols.row_elems(n) * self._cols.storage_dtype(n).itemsize, 0)
+                          for n in with_bytes], dtype=np.int64).reshape(-1, 3),
+                np.zeros(len(with_bytes), dtype=np.int64),
+                np.zeros((_sk.NSTEP_BLOCK, rb // 8), dtype=np.uint64),
+            )
         #: batch adds assemble the narrow columns' records in a scratch first (``_put``),
         #: unless one of them is quantised (written by its kernel straight into the ring)
         staged = [n for n in narrow if self._cols.row_elems(n)]
@@ -587,6 +602,15 @@ class StoreReplay(ReplayFront):
                     _qk.gather_dequantize_cpu(self._rows2d[name], idx, q.low, q.step,
                                               out.reshape(b, e))
             return
+        cg = self._cols_gather
+        if cg is not None and all(n in outputs for n in cg[0]):
+            outs = [outputs[n] for n in cg[0]]
+            if all(o.flags.c_contiguous for o in outs):
+                # each lane's record into an L1 block, its columns out every 32 lanes
+                _sk.gather_record_cols_cpu(self._rec, idx, cg[1],
+                                           tuple([o.ravel().view(_U8) for o in outs]),
+                                           cg[2], cg[3])
+                return
         recs, cols, ident = self._gather_buffers(b)
         _rk.gather_rows_cpu(self._rec, idx, recs)  # whole records: the scattered reads
         self._copy_out(cols, self._narrow, outputs, b, ident)  # then the columns, from cache

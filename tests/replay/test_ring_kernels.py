@@ -211,3 +211,27 @@ def test_stage_put_matches_reference(stream, shift, n, rng):
                      scratch, stream)
     np.testing.assert_array_equal(ring[d : d + m * row_bytes].reshape(m, row_bytes),
                                   _records_ref(cols2, offs, row_bytes, m))
+
+
+@pytest.mark.parametrize("b", [1, 31, 32, 33, 100, 4096])  # partial and whole lane blocks
+def test_gather_record_cols_matches_fancy_indexing(b, rng):
+    from numbatraj.replay import _stream_kernels as sk
+
+    widths = list(_WIDTHS)  # every move size and the overlaps between them
+    offs, o = [], 0
+    for k, w in enumerate(widths):
+        offs.append(o)
+        o += w + k % 3
+    row_bytes = (o + 7) // 8 * 8
+    cap = 5000
+    rec = rng.integers(0, 2**63, (cap, row_bytes // 8), dtype=np.uint64)
+    raw = rec.view(np.uint8)
+    idx = rng.integers(0, cap, b)
+    idx[: min(b, 3)] = [cap - 1, 0, cap - 1][: min(b, 3)]  # the ends, and a repeat
+    tab = np.array([(off, w, 0) for off, w in zip(offs, widths)], dtype=np.int64)
+    outs = [np.full((b, w), 0xA5, dtype=np.uint8) for w in widths]
+    sk.gather_record_cols_cpu(rec, idx, tab, tuple(x.ravel() for x in outs),
+                              np.zeros(len(widths), dtype=np.int64),
+                              np.zeros((sk.NSTEP_BLOCK, row_bytes // 8), dtype=np.uint64))
+    for off, w, out in zip(offs, widths, outs):
+        np.testing.assert_array_equal(out, raw[idx, off : off + w], err_msg=f"width {w}")
