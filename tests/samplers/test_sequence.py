@@ -132,3 +132,19 @@ def test_bad_inputs():
         SequenceWindowSampler(LENGTHS, 0, seed=0)
     with pytest.raises(SamplerError, match="batch_size must be >= 1"):
         s.draw_starts_in_episodes(0)
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 1000])
+def test_level_by_level_search_is_searchsorted(n, rng):
+    """The batched binary search of the window kernels against ``np.searchsorted``: every
+    key, duplicates in the array (episodes with no valid start), keys at the ends."""
+    from numbatraj.samplers import _window_kernels as K
+
+    arr = np.concatenate([[0], np.sort(rng.integers(0, 3 * n, n - 1))]).astype(np.int64)
+    arr[n // 2 :: 3] = arr[n // 2]  # runs of equal values
+    arr = np.maximum.accumulate(arr)
+    keys = np.concatenate([arr, arr + 1, rng.integers(0, int(arr[-1]) + 5, 200)]).astype(np.int64)
+    out = np.full((keys.shape[0], 2), -7, dtype=np.int64)
+    K._last_le_cpu(arr, n, keys, out, 1)
+    np.testing.assert_array_equal(out[:, 1], np.searchsorted(arr, keys, side="right") - 1)
+    assert (out[:, 0] == -7).all(), "another column was written"
