@@ -712,6 +712,13 @@ def sequence_starts_cpu(draw, k0, k1, t_len, within, n_demo, size, n_envs, ring_
                                 ring_base, ring_cap, start)
 
 
+#: Windows whose flag lines :func:`window_rows_cpu` prefetches ahead of the window it
+#: walks.  Measured (256 windows of 64 steps of a 16-byte record, fresh random starts, one
+#: process, interleaved): at 10^8 rows the walk 161.8 us without, 92.7 / 82.3 / 83.7 /
+#: 83.8 us 2 / 4 / 8 / 16 windows ahead; at 10^6 rows 66.7-67.4 us in every case.
+WINDOW_AHEAD = 4
+
+
 @njit_kernel
 def window_rows_cpu(starts, t_len, within, done, trunc, ring_base, n_demo, ring_cap,  # type: ignore[no-untyped-def]
                     n_envs, start, size, cut_first, rows, is_first, is_pad):
@@ -722,8 +729,25 @@ def window_rows_cpu(starts, t_len, within, done, trunc, ring_base, n_demo, ring_
     ``cut_first`` says the first held row is a true start: index 0 the demo stream, 1 + e
     env ``e``); ``is_pad`` bool ``(B, T)``: with ``within`` the window stops after an
     episode's last row or at the write head and the remaining entries repeat that row.
+
+    The walk is the first to touch the windows' records (the gather after it finds them in
+    the caches), so the flag lines of window ``i + WINDOW_AHEAD`` are prefetched before
+    window ``i`` is walked: several windows' misses in flight instead of one.  Rows past
+    the ring's ends are prefetched as they lie (a prefetch never faults).
     """
-    for i in range(starts.shape[0]):
+    b = starts.shape[0]
+    ds = done.strides[0]  # 0: a zero-stride False view (no done column): nothing to fetch
+    step = n_envs * ds  # bytes between consecutive steps of a stream
+    every = 1 if step >= 64 or step == 0 else 64 // step  # steps per prefetched line
+    for i in range(-WINDOW_AHEAD, b):
+        a = i + WINDOW_AHEAD
+        if ds > 0 and a < b:  # the flag lines of window a (and of the row before it)
+            q = starts[a]
+            for k in range(-1, t_len, every):
+                _prefetch(done, q + k * n_envs)
+            _prefetch(done, q + (t_len - 1) * n_envs)
+        if i < 0:
+            continue
         window_row(i, starts[i], t_len, within, done, trunc, ring_base, n_demo, ring_cap,
                    n_envs, start, size, cut_first, rows, is_first, is_pad)
 
