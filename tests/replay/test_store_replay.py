@@ -278,8 +278,9 @@ def test_sample_into_allocates_nothing_on_repeated_calls(prioritized, mode):
 
 
 def test_row_records_hold_every_column_and_gathers_agree():
-    # every physical row is one record of all columns (widest words first); each column is a
-    # strided view into the records. Odd shapes and dtypes, a quantised column, and
+    # every physical row is one record of all columns (buffer._record_layout: grouped for
+    # the n-step walk, each group widest word first); each column is a strided view into
+    # the records. Odd shapes and dtypes, a quantised column, and
     # gathers both through records (small batches) and column by column (large ones).
     from numbatraj.replay import buffer as B
 
