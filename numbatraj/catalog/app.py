@@ -127,6 +127,14 @@ class CatalogApp:
         req.respond(200 if out["ok"] else 503, out)
 
 
+#: A refused body (over :data:`MAX_JSON_BYTES`) of up to this many bytes is read to its end
+#: (and discarded) before the 413, within :data:`DRAIN_S`: a client still sending then reads
+#: the answer instead of a connection reset by the server's close.  Past it (or a declared
+#: ``Content-Length`` past it) the 413 goes at once and the connection closes.
+DRAIN_BYTES = 1 << 20
+DRAIN_S = 2.0
+
+
 async def _read_capped(request: StarletteRequest) -> bytes:
     """The whole body, refusing (413) one past :data:`MAX_JSON_BYTES` before reading it."""
     length = request.headers.get("content-length")
@@ -134,17 +142,36 @@ async def _read_capped(request: StarletteRequest) -> bytes:
         if not length.isdigit():
             raise HTTPError(400, f"Content-Length {length!r} is not a byte count")
         if int(length) > MAX_JSON_BYTES:
+            if int(length) <= DRAIN_BYTES:
+                await _drain(request.stream(), 0)
             raise HTTPError(413, f"request body of {length} bytes exceeds {MAX_JSON_BYTES}")
     buf = bytearray()
+    stream = request.stream()
     try:
         with anyio.fail_after(BODY_TIMEOUT_S):
-            async for chunk in request.stream():
+            async for chunk in stream:
                 buf += chunk
                 if len(buf) > MAX_JSON_BYTES:
-                    raise HTTPError(413, f"request body exceeds {MAX_JSON_BYTES} bytes")
+                    break
+            else:
+                return bytes(buf)
     except TimeoutError:
         raise HTTPError(408, f"request body not received within {BODY_TIMEOUT_S} s") from None
-    return bytes(buf)
+    await _drain(stream, len(buf))
+    raise HTTPError(413, f"request body exceeds {MAX_JSON_BYTES} bytes")
+
+
+async def _drain(stream: Any, got: int) -> None:
+    """Read and discard the rest of a refused body: up to :data:`DRAIN_BYTES` in all and
+    :data:`DRAIN_S` seconds (see there); a client that hangs up ends it too."""
+    with anyio.move_on_after(DRAIN_S):
+        try:
+            async for chunk in stream:
+                got += len(chunk)
+                if got > DRAIN_BYTES:
+                    return
+        except ClientDisconnect:
+            return
 
 
 def build_app(db: CatalogDB, objects: ObjectBackend, **kwargs: Any) -> CatalogApp:
