@@ -442,15 +442,21 @@ def _stream_copy(dst, d, src, s, n):  # type: ignore[no-untyped-def]
     _store_fence()
 
 
-@njit_kernel
-def _stage_put_plain(ring, d, row_bytes, srcs, offs, widths, n,  # type: ignore[no-untyped-def]
-                     scratch):
+@numba.njit(cache=True, nogil=True, inline="always")
+def _stage_records(row_bytes, srcs, offs, widths, n, scratch):  # type: ignore[no-untyped-def]
+    """Rows ``[0, n)`` of each column into the records of ``scratch`` (column by column)."""
     for c in range(len(srcs)):
         src = srcs[c]
         o = offs[c]
         w = widths[c]
         for r in range(n):
             _copy_span(scratch, r * row_bytes + o, src, r * w, w)
+
+
+@njit_kernel
+def _stage_put_plain(ring, d, row_bytes, srcs, offs, widths, n,  # type: ignore[no-untyped-def]
+                     scratch):
+    _stage_records(row_bytes, srcs, offs, widths, n, scratch)
     _copy_bytes(ring, d, scratch, 0, n * row_bytes)
     return 0
 
@@ -458,12 +464,7 @@ def _stage_put_plain(ring, d, row_bytes, srcs, offs, widths, n,  # type: ignore[
 @njit_kernel
 def _stage_put_stream(ring, d, row_bytes, srcs, offs, widths, n,  # type: ignore[no-untyped-def]
                       scratch):
-    for c in range(len(srcs)):
-        src = srcs[c]
-        o = offs[c]
-        w = widths[c]
-        for r in range(n):
-            _copy_span(scratch, r * row_bytes + o, src, r * w, w)
+    _stage_records(row_bytes, srcs, offs, widths, n, scratch)
     _stream_copy(ring, d, scratch, 0, n * row_bytes)
     return 0
 

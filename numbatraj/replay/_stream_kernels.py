@@ -363,6 +363,20 @@ def _prefetch_span(addr, nb):  # type: ignore[no-untyped-def]
         _prefetch_at(addr + nb - 1)
 
 
+@_inline
+def _block_out(tab, addrs, blk_t, blk_l, rb, s0, cnt):  # type: ignore[no-untyped-def]
+    """Lanes ``s0 .. s0 + cnt`` of a lane block out, column by column: column ``c`` (``tab``
+    row: byte offset, bytes, from the block at ``blk_l`` rather than ``blk_t``) of block row
+    ``k`` to lane ``s0 + k`` of the output at ``addrs[c]`` (one move size per inner loop).
+    Once per block of lanes, so the array arguments cost nothing per lane."""
+    for c in range(tab.shape[0]):
+        nb = tab[c, 1]
+        src = (blk_l if tab[c, 2] else blk_t) + tab[c, 0]
+        dst = addrs[c] + s0 * nb
+        for k in range(cnt):
+            _move_bytes(dst + k * nb, src + k * rb, nb)
+
+
 @njit_kernel
 def nstep_gather_cpu(idx, n, gamma, reward, rq, rlow, rstep, done, trunc, ring_base,  # type: ignore[no-untyped-def]
                      n_demo, ring_cap, n_envs, start, size, rec, out_t, l0, l1, out_l, ret,
@@ -565,13 +579,7 @@ def nstep_gather_cols_cpu(idx, n, gamma, reward, rq, rlow, rstep, done, trunc, r
         _move_bytes(blk_t + j * rb, base + idx[i] * rb, t_hi)
         _move_bytes(blk_l + j * rb + l_lo, base + lq * rb + l_lo, l_hi - l_lo)  # 0: none
         if j == NSTEP_BLOCK - 1 or i == b - 1:  # the block's lanes out, column by column
-            s0 = i - j
-            for c in range(nc):
-                nb = tab[c, 1]
-                src = (blk_l if tab[c, 2] else blk_t) + tab[c, 0]
-                dst = addrs[c] + s0 * nb
-                for k in range(j + 1):
-                    _move_bytes(dst + k * nb, src + k * rb, nb)
+            _block_out(tab, addrs, blk_t, blk_l, rb, i - j, j + 1)
 
 
 #: Lanes whose records :func:`gather_record_cols_cpu` prefetches ahead of the lane it
@@ -609,13 +617,7 @@ def gather_record_cols_cpu(rec, idx, tab, outs, addrs, block):  # type: ignore[n
         j = i % NSTEP_BLOCK
         _move_bytes(blk + j * rb, base + idx[i] * rb, rb)
         if j == NSTEP_BLOCK - 1 or i == b - 1:  # the block's lanes out, column by column
-            s0 = i - j
-            for c in range(nc):
-                nb = tab[c, 1]
-                src = blk + tab[c, 0]
-                dst = addrs[c] + s0 * nb
-                for k in range(j + 1):
-                    _move_bytes(dst + k * nb, src + k * rb, nb)
+            _block_out(tab, addrs, blk, blk, rb, i - j, j + 1)
     return 0
 
 
