@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.test_replay import BATCH, CAP, CHUNK, SINGLE_CALLS, _batch, _columns
+from bench.test_replay import BATCH, CAP, CHUNK, SINGLE_CALLS, _batch, _columns, add1_loop
 from numbatraj.replay import StoreReplay
 
 G_ADD1 = "peers: replay add 1 transition (rows/s)"
@@ -176,15 +176,7 @@ def _a_peer() -> None:
 
 def test_add1_numbatraj(benchmark, ratios):
     _a_peer()
-    rep = StoreReplay(_columns(), CAP)
-    one = {k: v[0] for k, v in _batch(1).items()}
-
-    def run():
-        for _ in range(SINGLE_CALLS):
-            rep.add(**one)
-
-    run()
-    benchmark(run)
+    benchmark(add1_loop())
     _record(ratios, G_ADD1, "StoreReplay.add", benchmark, items=SINGLE_CALLS)
 
 
