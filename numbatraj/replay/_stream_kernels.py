@@ -480,58 +480,95 @@ def nstep_gather_cpu(idx, n, gamma, reward, rq, rlow, rstep, done, trunc, ring_b
             _copy_words(fl, i * wl + l0, flat, lq * w_rec + l0, nl)
 
 
+def _load_typer_of(nbty, irty):  # type: ignore[no-untyped-def]
+    """A typer loading one ``nbty`` value from the integer address ``addr`` (any
+    alignment): the walk's reads of a record field by address, no array argument."""
+    def typer(typingctx, addr):  # type: ignore[no-untyped-def]
+        sig = nbty(types.intp)
+
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            return builder.load(builder.inttoptr(args[0], irty.as_pointer()), align=1)
+
+        return sig, codegen
+
+    return typer
+
+
+_load_f32: Any = intrinsic(_load_typer_of(types.float32, ir.FloatType()))
+_load_f64: Any = intrinsic(_load_typer_of(types.float64, ir.DoubleType()))
+_load_u8: Any = intrinsic(_load_typer_of(types.uint8, ir.IntType(8)))
+
+
 @njit_kernel
-def nstep_gather_cols_cpu(idx, n, gamma, reward, rq, rlow, rstep, done, trunc, ring_base,  # type: ignore[no-untyped-def]
-                          n_demo, ring_cap, n_envs, start, size, rec, t_hi, l_lo, l_hi, tab,
+def nstep_gather_cols_cpu(idx, n, gamma, roff, r64, doff, toff, ring_base, n_demo,  # type: ignore[no-untyped-def]
+                          ring_cap, n_envs, start, size, rec, t_hi, l_lo, l_hi, share, tab,
                           outs, addrs, block, ret, disc, last):
-    """:func:`nstep_gather_cpu` with each record column written straight into its output.
+    """:func:`nstep_gather_cpu` with each record column written straight into its output,
+    the walk reading the record fields by address.
 
-    ``outs[c]`` (a C-contiguous ``(B, ...)`` output, any dtype) gets, per lane, bytes
-    ``[tab[c, 0], tab[c, 0] + tab[c, 1])`` of record ``idx[i]`` of ``rec``, or of
+    ``reward`` is the record field at byte ``roff`` (float64 when ``r64``, else float32),
+    ``done`` / ``truncated`` the bool fields at ``doff`` / ``toff`` (-1: not stored, never
+    set).  ``outs[c]`` (a C-contiguous ``(B, ...)`` output, any dtype) gets, per lane,
+    bytes ``[tab[c, 0], tab[c, 0] + tab[c, 1])`` of record ``idx[i]`` of ``rec``, or of
     ``last[i]`` where ``tab[c, 2]``; ``addrs`` (int64, as long as ``tab``) is scratch for
-    the outputs' addresses.  Bytes ``[0, t_hi)`` of record ``t`` and ``[l_lo, l_hi)`` of the
-    window's last possible row are prefetched (the columns' spans), with the walk's flags
-    of the rows between, :data:`NSTEP_AHEAD` lanes ahead.  The walk is
-    :func:`nstep_gather_cpu`'s, written out again (a shared inlined helper taking the
-    arrays measured twice as slow: reference counts per lane); the tests hold both to
-    :func:`nstep_cpu`.
+    the outputs' addresses.  The walk is :func:`nstep_row_py`'s, the same float operations
+    in the same order (the tests hold it to :func:`nstep_cpu` bit for bit).
 
-    Each lane's two spans go to its row of ``block`` (uint64 ``(2 NSTEP_BLOCK, W)``,
-    C-contiguous: rows ``[0, NSTEP_BLOCK)`` the spans at ``t``, the others at the last row),
-    and every :data:`NSTEP_BLOCK` lanes the block goes out column by column (one move size
-    per inner loop, from L1).  Measured (4096 lanes, n=3, 168-byte records at 10^6 rows,
-    one process, interleaved, load 1.5): 118 us against 139 us moving each column of
-    each lane in the pass.
+    Per lane, :data:`NSTEP_AHEAD` lanes ahead, the lines it will read are prefetched:
+    bytes ``[0, t_hi)`` of record ``t`` (the columns read there), the walk's fields of the
+    rows ``t + k E`` for ``0 < k < n`` (at most 16 steps; ``E``: 1 in the demos), and of the
+    last of them together with bytes ``[l_lo, l_hi)`` (the ``next_*`` columns), one span.
+    Each lane's two spans go to its row of ``block`` (uint64 ``(2 NSTEP_BLOCK, W)``): one
+    row of the first half for both when ``share`` (no column read at ``t`` has a byte in
+    ``[l_lo, l_hi)``, so the second move overwrites none of the first's; always so in the
+    layout :func:`buffer._record_layout` groups), else a row of each half; every
+    :data:`NSTEP_BLOCK` lanes the block goes out column by column (one move size per inner
+    loop, from L1).
+
+    Measured (4096 lanes, the 168-byte records of ``bench/test_replay.py`` at 10^6 rows, one
+    env, the kernel alone, one process, interleaved, load 0.3-1): n=1 / 3 / 5 in 100 / 124
+    / 179 us with the fields read through strided array views (three arrays, their
+    structures spilled per lane) and a block half per span, 92 / 110 / 129 us this way.
+    Measured and dropped: a branch-free walk (146 us at n=3), a fast path summing the
+    whole window when no flag is set (116), deduplicated line prefetches (a loop whose trip
+    count varies per lane: 138), prefetching 32 or 48 lanes ahead (114-122).
     """
     b = idx.shape[0]
-    cap = reward.shape[0]
     rb = rec.shape[1] * rec.itemsize
     base = _address(rec)
-    nc = tab.shape[0]
-    for c in range(nc):
+    for c in range(tab.shape[0]):
         addrs[c] = _address(outs[c])
     blk_t = _address(block)
-    blk_l = blk_t + NSTEP_BLOCK * rb
-    ring_end = ring_base + ring_cap
+    l_n = l_hi - l_lo
+    blk_l = blk_t if share else blk_t + NSTEP_BLOCK * rb
     kn = n if n < _NSTEP_PREFETCH_MAX else _NSTEP_PREFETCH_MAX
-    stored_trunc = trunc.strides[0] != 0  # a zero-stride False view: nothing to fetch
-    k0 = 1 if t_hi > 0 else 0  # the walk's bytes of record t are among its first t_hi
+    has_d = doff >= 0
+    has_t = toff >= 0
+    # the walk's bytes of a record (reward, done, truncated), and with the next_* columns
+    w_lo = roff
+    w_hi = roff + (8 if r64 else 4)
+    if has_d:
+        w_lo = min(w_lo, doff)
+        w_hi = max(w_hi, doff + 1)
+    if has_t:
+        w_lo = min(w_lo, toff)
+        w_hi = max(w_hi, toff + 1)
+    f_lo = min(w_lo, l_lo) if l_n > 0 else w_lo
+    f_hi = max(w_hi, l_hi) if l_n > 0 else w_hi
+    ring_end = ring_base + ring_cap
     for i in range(-NSTEP_AHEAD, b):
         a = i + NSTEP_AHEAD
         if a < b:
             q = idx[a]
-            st = 1 if q < ring_base else n_envs
-            _prefetch_span(base + q * rb, t_hi)
-            for k in range(k0, kn):
-                q2 = q + k * st
-                if q2 < cap:
-                    _prefetch(reward, q2)
-                    _prefetch(done, q2)
-                    if stored_trunc:
-                        _prefetch(trunc, q2)
-            q2 = q + (kn - 1) * st
-            if q2 < cap:
-                _prefetch_span(base + q2 * rb + l_lo, l_hi - l_lo)
+            r = base + q * rb
+            sb = rb if q < ring_base else n_envs * rb
+            _prefetch_span(r, t_hi)
+            for k in range(1, kn - 1):
+                _prefetch_span(r + k * sb + w_lo, w_hi - w_lo)
+            if kn > 1:  # past the ring's end: a prefetch never faults
+                _prefetch_span(r + (kn - 1) * sb + f_lo, f_hi - f_lo)
+            else:
+                _prefetch_span(r + l_lo, l_n)
         if i < 0:
             continue
         q = idx[i]
@@ -555,29 +592,30 @@ def nstep_gather_cols_cpu(idx, n, gamma, reward, rq, rlow, rstep, done, trunc, r
             end = ring_end
         g = 1.0
         acc = 0.0
-        d = -1.0
+        dz = False
         lq = q
         for _ in range(m):
-            if rq:
-                acc += g * np.float64(dequantize(reward[q], rlow, rstep))
+            x = base + q * rb
+            if r64:
+                acc += g * _load_f64(x + roff)
             else:
-                acc += g * np.float64(reward[q])
+                acc += g * np.float64(_load_f32(x + roff))
             lq = q
-            if done[q]:
-                d = 0.0
+            if has_d and _load_u8(x + doff) != 0:
+                dz = True
                 break
             g *= gamma
-            if stored_trunc and trunc[q]:  # not stored: no load (n=3 and 5: -5 us)
+            if has_t and _load_u8(x + toff) != 0:
                 break
             q += step
             if q >= end:
                 q -= wrap
         last[i] = lq
         ret[i] = acc
-        disc[i] = g if d < 0 else 0.0
+        disc[i] = 0.0 if dz else g
         j = i % NSTEP_BLOCK
         _move_bytes(blk_t + j * rb, base + idx[i] * rb, t_hi)
-        _move_bytes(blk_l + j * rb + l_lo, base + lq * rb + l_lo, l_hi - l_lo)  # 0: none
+        _move_bytes(blk_l + j * rb + l_lo, base + lq * rb + l_lo, l_n)  # 0: none
         if j == NSTEP_BLOCK - 1 or i == b - 1:  # the block's lanes out, column by column
             _block_out(tab, addrs, blk_t, blk_l, rb, i - j, j + 1)
 

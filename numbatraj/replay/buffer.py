@@ -131,8 +131,12 @@ class _NstepPlan:
     bytes, ``tab_names``, its (byte offset, bytes, read at ``t + m - 1``) in the record;
     ``block``: the fused kernel's scratch of :data:`_stream_kernels.NSTEP_BLOCK` lanes;
     ``bytes_tl``: the bytes ``[0, t_hi)`` read at ``t`` and ``[l_lo, l_hi)`` at the last row;
+    ``share``: no column read at ``t`` has a byte in ``[l_lo, l_hi)`` (one block row serves);
     ``rq``, ``rlow``, ``rstep``: the reward column's quantisation; ``fused``: no ``next_of``
-    and no frame stack, so one kernel pass serves the draw.
+    and no frame stack, so one kernel pass serves the draw; ``fields``: the walk's fields
+    as record byte offsets ``(reward, reward is float64, done, truncated)`` (-1: not
+    stored) for ``nstep_gather_cols_cpu``, or None when ``tab`` is None or the reward is
+    not a float32 / float64 field of the record (a float16 reward: its float64 copy).
     """
 
     at_last: tuple[str, ...]
@@ -143,10 +147,12 @@ class _NstepPlan:
     addrs: np.ndarray
     block: np.ndarray
     bytes_tl: tuple[int, int, int]
+    share: bool
     rq: bool
     rlow: float
     rstep: float
     fused: bool
+    fields: tuple[int, bool, int, int] | None
 
 
 _NO_WORDS = np.zeros((0, 0), dtype=np.uint64)
@@ -171,6 +177,8 @@ def _nstep_plan(rep: StoreReplay) -> _NstepPlan:
         elif n not in at_last:
             end_t = max(end_t, off + nbytes)
     q = cols.quant.get("reward")
+    l_lo = min((a for a, _, at in tab if at), default=0)
+    l_hi = max((a + nb for a, nb, at in tab if at), default=0)
     return _NstepPlan(
         at_last=at_last,
         words_l=(min(a for a, _ in spans), max(b for _, b in spans)) if spans else (0, 0),
@@ -180,12 +188,33 @@ def _nstep_plan(rep: StoreReplay) -> _NstepPlan:
              if names and not any(n in cols.quant for n in rep._narrow) else None),
         addrs=np.zeros(len(names), dtype=np.int64),
         block=np.zeros((2 * _sk.NSTEP_BLOCK, rep._row_bytes // 8), dtype=np.uint64),
-        bytes_tl=(end_t, min((a for a, _, at in tab if at), default=0),
-                  max((a + nb for a, nb, at in tab if at), default=0)),
+        bytes_tl=(end_t, l_lo, l_hi),
+        share=not any(a < l_hi and l_lo < a + nb for a, nb, at in tab if not at),
         rq=q is not None, rlow=0.0 if q is None else q.low,
         rstep=0.0 if q is None else q.step,
         fused=not rep._streams.next_of and not rep._streams.frame_stack,
+        fields=(_walk_fields(rep)
+                if names and not any(n in cols.quant for n in rep._narrow) else None),
     )
+
+
+def _walk_fields(rep: StoreReplay) -> tuple[int, bool, int, int] | None:
+    """The n-step walk's record fields (see :class:`_NstepPlan`), or None."""
+    cols, where = rep._cols, rep._layout[1]
+    if "reward" not in where or cols.row_elems("reward") != 1:
+        return None
+    rdt = cols.storage_dtype("reward")
+    if rdt not in _KERNEL_REWARDS:
+        return None
+    flag = []
+    for name in ("done", "truncated"):
+        if name not in cols.specs:
+            flag.append(-1)
+        elif name in where and cols.storage_dtype(name) == np.bool_ and cols.row_elems(name) == 1:
+            flag.append(where[name][0])
+        else:
+            return None
+    return where["reward"][0], rdt == np.float64, flag[0], flag[1]
 
 
 class StoreReplay(ReplayFront):
@@ -756,16 +785,19 @@ class StoreReplay(ReplayFront):
         the columns moved out of a block scratch every 32 lanes and no ``truncated`` load
         when none is stored, the draw 148 us (n=3) against 176 us before and 109 us for the
         plain draw (unchanged); the grouping or the block alone measured no gain (see
-        docs/replay.md, fifth n-step round).
+        docs/replay.md, fifth n-step round).  Sixth round (one process, interleaved, load
+        0.3-1): the walk reads its fields by record address instead of through three strided
+        array views, the prefetch takes the last window row's fields and next_* columns as
+        one span, and one block row holds both spans; the kernel alone 124 -> 113 us (n=3),
+        179 -> 131 us (n=5), the draw 142 -> 135 us (n=3) against 85 us plain.  A float16
+        reward (its float64 copy, no record field) takes ``nstep_gather_cpu``.
         """
         recs_t, recs_l, cols, ident, last = self._nstep_work(b)
-        if plan.tab is not None:  # no quantised record column: straight into the outputs
+        if plan.fields is not None:  # no quantised record column: straight into the outputs
             outs = tuple([outputs[n].ravel().view(_U8) for n in plan.tab_names])
-            _sk.nstep_gather_cols_cpu(idx, ns[0], ns[1], self._nstep_reward(), plan.rq,
-                                      plan.rlow, plan.rstep, self._done_v, self._trunc_v,
-                                      *self._geom(), self._rec, *plan.bytes_tl, plan.tab,
-                                      outs, plan.addrs, plan.block, outputs["return"],
-                                      outputs["discount"], last)
+            _sk.nstep_gather_cols_cpu(idx, ns[0], ns[1], *plan.fields, *self._geom(),
+                                      self._rec, *plan.bytes_tl, plan.share, plan.tab, outs,
+                                      plan.addrs, plan.block, outputs["return"], outputs["discount"], last)
         else:
             _sk.nstep_gather_cpu(idx, ns[0], ns[1], self._nstep_reward(), plan.rq, plan.rlow,
                                  plan.rstep, self._done_v, self._trunc_v, *self._geom(),

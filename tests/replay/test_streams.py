@@ -480,6 +480,82 @@ def test_nstep_gather_kernel_equals_the_device_body_and_the_record_gather(n_envs
                     np.testing.assert_array_equal(out[name], src[name], err_msg=name)
 
 
+#: record layouts for the fused kernel: the grouped one of the benchmark (spans apart) and
+#: packed ones whose next_* span lies inside or before the span read at t
+_FIELD_LAYOUTS = {
+    "grouped": [ColumnSpec("obs", np.float32, (3,)), ColumnSpec("action", np.float32, (2,)),
+                ColumnSpec("reward", np.float32, ()), ColumnSpec("done", np.bool_, ()),
+                ColumnSpec("truncated", np.bool_, ()), ColumnSpec("next_obs", np.float32, (3,))],
+    "inside": [ColumnSpec("obs", np.float64, (1,)), ColumnSpec("reward", np.float32, ()),
+               ColumnSpec("done", np.bool_, ()), ColumnSpec("next_obs", np.float64, (1,)),
+               ColumnSpec("a", np.uint8, (3,))],
+    "f64-before": [ColumnSpec("obs", np.uint8, (1,)), ColumnSpec("reward", np.float64, ()),
+                   ColumnSpec("done", np.bool_, ()), ColumnSpec("truncated", np.bool_, ()),
+                   ColumnSpec("next_obs", np.float64, (1,))],
+    "sandwich": [ColumnSpec("obs", np.float64, (1,)), ColumnSpec("next_obs", np.float64, (1,)),
+                 ColumnSpec("act", np.float32, (1,)), ColumnSpec("next_act", np.float32, (1,)),
+                 ColumnSpec("reward", np.float32, ()), ColumnSpec("done", np.bool_, ()),
+                 ColumnSpec("k", np.uint8, (2,))],
+    "no-done": [ColumnSpec("obs", np.float32, (2,)), ColumnSpec("reward", np.float64, ()),
+                ColumnSpec("truncated", np.bool_, ()), ColumnSpec("next_obs", np.float32, (2,))],
+}
+
+
+@pytest.mark.parametrize("layout", list(_FIELD_LAYOUTS))
+@pytest.mark.parametrize("n_envs, demo", [(1, 0), (3, 2), (2, 5)])
+def test_nstep_field_kernel_equals_the_device_body(layout, n_envs, demo, rng):
+    """``nstep_gather_cols_cpu`` (the walk reading record fields by address, one block row
+    for both spans unless a column read at t lies inside the next_* span) against ``nstep_cpu`` bit for bit at every held
+    row of wrapped rings, n from 1 to past the prefetch cap (20 > 16 steps); every column
+    equals ``rows()`` at t, or at t+m-1 for the next_* columns."""
+    cols = _FIELD_LAYOUTS[layout]
+    per_env = 7
+    rep = StoreReplay(cols, n_envs * per_env + demo, n_envs=n_envs, demo_capacity=demo)
+    names = [c.name for c in cols]
+
+    def rows(lead):
+        out = {}
+        for c in cols:
+            shape = (*lead, *c.shape)
+            if c.dtype == np.bool_:
+                out[c.name] = rng.random(shape) < 0.2
+            elif c.dtype == np.uint8:
+                out[c.name] = rng.integers(0, 256, shape).astype(np.uint8)
+            else:
+                out[c.name] = rng.standard_normal(shape).astype(c.dtype)
+        return out
+
+    plan = rep._nstep_plan()
+    assert plan.fields is not None and (plan.fields[2] == -1) == (layout == "no-done")
+    t_hi, l_lo, _ = plan.bytes_tl
+    assert (l_lo >= t_hi) == (layout in ("grouped", "no-done"))
+    assert plan.share == (layout != "sandwich")  # act lies between next_obs and next_act
+    if demo:
+        rep.add_demos(**rows((demo,)))
+    for t in (4, 5, 3, 9):  # wraps; the oldest slot is not slot 0
+        rep.add(**rows((t, n_envs) if n_envs > 1 else (t,)))
+        held = rep.time_order()
+        idx = np.concatenate([held, held[::-1], rng.choice(held, 50)]).astype(np.int64)
+        b = idx.shape[0]
+        stored = rep.rows(np.arange(rep.capacity))
+        for n in (1, 2, 3, 7, 20):
+            for g in (0.5, 0.99):
+                want = [np.empty(b, np.float32), np.empty(b, np.float32),
+                        np.empty(b, np.int64)]
+                sk.nstep_cpu(idx, n, g, rep._nstep_reward(), rep._done_v, rep._trunc_v,
+                             *rep._geom(), *want)
+                out = rep._new_outputs_ext(b, (n, g))
+                for v in out.values():
+                    v[...] = 0
+                rep._nstep_gather(idx, out, b, (n, g), plan)
+                np.testing.assert_array_equal(out["return"], want[0])
+                np.testing.assert_array_equal(out["discount"], want[1])
+                for name in names:
+                    at = want[2] if name.startswith("next_") else idx
+                    np.testing.assert_array_equal(out[name], stored[name][at],
+                                                  err_msg=f"{name} n={n}")
+
+
 def test_nstep_sums_the_dequantised_reward(rng):
     """A quantised reward: the return sums the values a draw returns (codes step 1 here, so
     every reward is exact), not the stored codes."""
