@@ -217,6 +217,30 @@ def _walk_fields(rep: StoreReplay) -> tuple[int, bool, int, int] | None:
     return where["reward"][0], rdt == np.float64, flag[0], flag[1]
 
 
+#: (structured view of the records or None, the values' indices of its fields in order or
+#: None for all of them, (value index, storage) of each column stored apart)
+_OnePlan = tuple[Any, "tuple[int, ...] | None", "tuple[tuple[int, np.ndarray], ...]"]
+
+
+def _one_plan(rep: StoreReplay) -> _OnePlan:
+    """How a one-row add writes each column (see :meth:`StoreReplay._add_one`)."""
+    names = rep._cols.names
+    fields = [k for k, n in enumerate(names) if n not in rep._wide]
+    wide = tuple((k, rep._data[n]) for k, n in enumerate(names) if n in rep._wide)
+    if not fields:
+        return None, None, wide
+    specs, where = rep._cols.specs, rep._layout[1]
+    dt = np.dtype({
+        "names": [names[k] for k in fields],
+        "formats": [(specs[names[k]].dtype, specs[names[k]].shape) if specs[names[k]].shape
+                    else specs[names[k]].dtype for k in fields],
+        "offsets": [where[names[k]][0] for k in fields],
+        "itemsize": rep._row_bytes,
+    })
+    rec = rep._rec.view(np.uint8).reshape(-1).view(dt)
+    return rec, None if len(fields) == len(names) else tuple(fields), wide
+
+
 class StoreReplay(ReplayFront):
     """An online replay buffer: any declared column set, a ring, and one sampler.
 
@@ -380,12 +404,8 @@ class StoreReplay(ReplayFront):
         )
         #: the columns a staged batch add writes apart (wide ones)
         self._put_wide = tuple(p for p in self._put_plan if p[0] in self._wide)
-        #: storage of every column in declaration order, for one-row adds (None when a
-        #: column is quantised: those go through the kernels)
-        self._one_plan: tuple[np.ndarray, ...] | None = (
-            None if self._cols.quant or not self._streams.plain
-            else tuple(self._data[n] for n in self._cols.names)
-        )
+        #: one-row adds (None when a column is quantised: those go through the kernels)
+        self._one_plan = None if self._cols.quant or not self._streams.plain else _one_plan(self)
         #: (capacity,) bool views of done / truncated (a zero-stride False view if absent)
         false = np.broadcast_to(np.zeros(1, dtype=np.bool_), (cap,))
         self._done_v = self._data["done"] if "done" in self._end_names else false
@@ -495,19 +515,25 @@ class StoreReplay(ReplayFront):
         if self._per is not None:
             self._per.note_added(np.arange(self._n_demo, self._n_demo + n, dtype=np.int64))
 
-    def _add_one(self, plan: tuple[np.ndarray, ...], values: list[Any]) -> int:
+    def _add_one(self, plan: _OnePlan, values: list[Any]) -> int:
         """One checked row (:meth:`ReplayColumns.single_row`) into ring slot ``cursor``.
 
         A row is a few dozen bytes: numpy's same-dtype item assignment copies them bit for
-        bit in a fraction of a microsecond, less than one kernel dispatch per column costs.
+        bit in a fraction of a microsecond, less than one kernel dispatch per column costs;
+        the record's columns go in as one tuple into a structured view of the record
+        (:func:`_one_plan`; 474 ns against 598 ns for five item assignments, the issue's
+        168-byte record).
         """
         cur = self._cursor
         pos = self._d + cur
         r = self._r
         if self._size == r and self._end_views:  # the overwritten row's end flag
             self._cut_first[1] = any(a[pos] for a in self._end_views)
-        for dst, v in zip(plan, values):
-            dst[pos] = v
+        rec, pick, wide = plan
+        if rec is not None:  # the record's fields in one assignment
+            rec[pos] = tuple(values) if pick is None else tuple([values[k] for k in pick])
+        for k, dst in wide:
+            dst[pos] = values[k]
         if self._rshadow is not None:
             self._rshadow[pos] = self._data["reward"][pos]
         if self._per is not None:

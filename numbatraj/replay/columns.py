@@ -90,10 +90,10 @@ class ReplayColumns:
         self.names: tuple[str, ...] = tuple(self.specs)
         self._keys = set(self.specs)
         self._items = tuple((n, s, len(s.shape)) for n, s in self.specs.items())
-        #: (dtype, row shape, scalar type or None) per column, for :meth:`single_row`
+        #: (name, dtype, row shape, scalar type or None) per column, for :meth:`single_row`
         self._one = tuple(
-            (s.dtype, s.shape, s.dtype.type if s.shape == () else None)
-            for s in self.specs.values()
+            (n, s.dtype, s.shape, s.dtype.type if s.shape == () else None)
+            for n, s in self.specs.items()
         )
 
     def storage_dtype(self, name: str) -> np.dtype:
@@ -160,18 +160,21 @@ class ReplayColumns:
 
         This is the fast path of a one-transition ``add``: no conversion, no copy.
         """
-        if rows.keys() != self._keys:
+        if len(rows) != len(self._one):
             return None
         out = []
-        for name, (dt, shape, st) in zip(self.names, self._one):
-            v = rows[name]
-            t = type(v)
-            if t is np.ndarray:
-                if v.shape != shape or (v.dtype is not dt and v.dtype != dt):
+        try:  # as many keys as columns and every column found: the same keys
+            for name, dt, shape, st in self._one:
+                v = rows[name]
+                t = type(v)
+                if t is np.ndarray:
+                    if v.shape != shape or (v.dtype is not dt and v.dtype != dt):
+                        return None
+                elif t is not st:
                     return None
-            elif t is not st:
-                return None
-            out.append(v)
+                out.append(v)
+        except KeyError:
+            return None
         return out
 
     def _raise_names(self, rows: Mapping[str, Any], what: str) -> None:

@@ -190,15 +190,34 @@ def test_ere_errors():
     rep.sample(4)
 
 
+def _mixed_columns():
+    # a wide column (stored apart) between record columns, a 2-D one
+    return [ColumnSpec("obs", np.float32, (3,)), ColumnSpec("pix", np.uint8, (2, 300)),
+            ColumnSpec("grid", np.int16, (2, 3)),
+            ColumnSpec("reward", np.float32, ()), ColumnSpec("done", np.bool_, ())]
+
+
+def _mixed_rows(n):
+    rng = np.random.default_rng(4)
+    return {"obs": rng.standard_normal((n, 3), dtype=np.float32),
+            "pix": rng.integers(0, 256, (n, 2, 300)).astype(np.uint8),
+            "grid": rng.integers(-999, 999, (n, 2, 3)).astype(np.int16),
+            "reward": rng.standard_normal(n, dtype=np.float32), "done": rng.random(n) < 0.3}
+
+
 @pytest.mark.parametrize("prioritized", [False, True])
-def test_one_row_adds_equal_batched_adds(prioritized):
+@pytest.mark.parametrize("layout", ["sac", "mixed"])
+def test_one_row_adds_equal_batched_adds(prioritized, layout):
     # one-transition adds take a fast path (numpy scalars and row-shaped arrays of the exact
     # dtype); rows given any other way go through the general checks: same stored bits
     cap, n = 7, 19
-    one = StoreReplay(sac_columns(), cap, prioritized=prioritized, demo_capacity=2)
-    batched = StoreReplay(sac_columns(), cap, prioritized=prioritized, demo_capacity=2)
-    data = rows(0, n)
-    data["obs"][3, 1] = np.frombuffer(np.uint32(0x7FA00001).tobytes(), np.float32)[0]  # NaN payload
+    cols = sac_columns() if layout == "sac" else _mixed_columns()
+    one = StoreReplay(cols, cap, prioritized=prioritized, demo_capacity=2)
+    batched = StoreReplay(cols, cap, prioritized=prioritized, demo_capacity=2)
+    data = rows(0, n) if layout == "sac" else _mixed_rows(n)
+    nan = np.frombuffer(np.uint32(0x7FA00001).tobytes(), np.float32)[0]  # a NaN payload
+    data["obs"][3, 1] = nan
+    data["reward"][6] = nan  # a scalar on the fast path (i % 3 == 0)
     for i in range(n):
         kind = i % 3
         if kind == 0:  # numpy scalars and rows: the fast path
@@ -222,7 +241,16 @@ def test_one_row_adds_equal_batched_adds(prioritized):
         )
     with pytest.raises(SchemaError, match="float32, got float64"):
         one.add(**{**{k: v[0] for k, v in data.items()}, "obs": data["obs"][0].astype(np.float64)})
+    with pytest.raises(SchemaError, match="not declared"):
+        one.add(**{k: v[0] for k, v in data.items()}, extra=np.float32(1))
+    with pytest.raises(SchemaError, match="missing"):
+        one.add(**{k: v[0] for k, v in data.items() if k != "done"})
     assert one.n_added == n
+    for name in data:  # the failed adds changed nothing
+        np.testing.assert_array_equal(
+            np.ascontiguousarray(one.storage(name)).view(np.uint8),
+            np.ascontiguousarray(batched.storage(name)).view(np.uint8),
+        )
 
 
 @pytest.mark.parametrize("prioritized", [False, True])
