@@ -823,7 +823,8 @@ class StoreReplay(ReplayFront):
             outs = tuple([outputs[n].ravel().view(_U8) for n in plan.tab_names])
             _sk.nstep_gather_cols_cpu(idx, ns[0], ns[1], *plan.fields, *self._geom(),
                                       self._rec, *plan.bytes_tl, plan.share, plan.tab, outs,
-                                      plan.addrs, plan.block, outputs["return"], outputs["discount"], last)
+                                      plan.addrs, plan.block, outputs["return"],
+                                      outputs["discount"], last)
         else:
             _sk.nstep_gather_cpu(idx, ns[0], ns[1], self._nstep_reward(), plan.rq, plan.rlow,
                                  plan.rstep, self._done_v, self._trunc_v, *self._geom(),
