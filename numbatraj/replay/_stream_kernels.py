@@ -528,7 +528,7 @@ def nstep_gather_cols_cpu(idx, n, gamma, roff, r64, doff, toff, ring_base, n_dem
     Measured (4096 lanes, the 168-byte records of ``bench/test_replay.py`` at 10^6 rows, one
     env, the kernel alone, one process, interleaved, load 0.3-1): n=1 / 3 / 5 in 100 / 124
     / 179 us with the fields read through strided array views (three arrays, their
-    structures spilled per lane) and a block half per span, 92 / 110 / 129 us this way.
+    structures spilled per lane) and a block half per span, 95 / 113 / 131 us this way.
     Measured and dropped: a branch-free walk (146 us at n=3), a fast path summing the
     whole window when no flag is set (116), deduplicated line prefetches (a loop whose trip
     count varies per lane: 138), prefetching 32 or 48 lanes ahead (114-122).

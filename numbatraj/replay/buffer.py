@@ -177,6 +177,7 @@ def _nstep_plan(rep: StoreReplay) -> _NstepPlan:
         elif n not in at_last:
             end_t = max(end_t, off + nbytes)
     q = cols.quant.get("reward")
+    unquantised = bool(names) and not any(n in cols.quant for n in rep._narrow)
     l_lo = min((a for a, _, at in tab if at), default=0)
     l_hi = max((a + nb for a, nb, at in tab if at), default=0)
     return _NstepPlan(
@@ -184,8 +185,7 @@ def _nstep_plan(rep: StoreReplay) -> _NstepPlan:
         words_l=(min(a for a, _ in spans), max(b for _, b in spans)) if spans else (0, 0),
         words_t=-(-end_t // 8),
         tab_names=tuple(names),
-        tab=(np.array(tab, dtype=np.int64).reshape(-1, 3)
-             if names and not any(n in cols.quant for n in rep._narrow) else None),
+        tab=np.array(tab, dtype=np.int64).reshape(-1, 3) if unquantised else None,
         addrs=np.zeros(len(names), dtype=np.int64),
         block=np.zeros((2 * _sk.NSTEP_BLOCK, rep._row_bytes // 8), dtype=np.uint64),
         bytes_tl=(end_t, l_lo, l_hi),
@@ -193,8 +193,7 @@ def _nstep_plan(rep: StoreReplay) -> _NstepPlan:
         rq=q is not None, rlow=0.0 if q is None else q.low,
         rstep=0.0 if q is None else q.step,
         fused=not rep._streams.next_of and not rep._streams.frame_stack,
-        fields=(_walk_fields(rep)
-                if names and not any(n in cols.quant for n in rep._narrow) else None),
+        fields=_walk_fields(rep) if unquantised else None,
     )
 
 
@@ -207,10 +206,10 @@ def _walk_fields(rep: StoreReplay) -> tuple[int, bool, int, int] | None:
     if rdt not in _KERNEL_REWARDS:
         return None
     flag = []
-    for name in ("done", "truncated"):
-        if name not in cols.specs:
+    for name in ("done", "truncated"):  # the end flags the replay keeps (_end_names)
+        if name not in rep._end_names:
             flag.append(-1)
-        elif name in where and cols.storage_dtype(name) == np.bool_ and cols.row_elems(name) == 1:
+        elif name in where:  # bool, uint8 or int8 (the reserved columns' check): one byte
             flag.append(where[name][0])
         else:
             return None

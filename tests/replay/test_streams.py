@@ -496,6 +496,9 @@ _FIELD_LAYOUTS = {
                  ColumnSpec("act", np.float32, (1,)), ColumnSpec("next_act", np.float32, (1,)),
                  ColumnSpec("reward", np.float32, ()), ColumnSpec("done", np.bool_, ()),
                  ColumnSpec("k", np.uint8, (2,))],
+    "byte-flags": [ColumnSpec("obs", np.float32, (2,)), ColumnSpec("reward", np.float32, ()),
+                   ColumnSpec("done", np.uint8, ()), ColumnSpec("truncated", np.int8, ()),
+                   ColumnSpec("next_obs", np.float32, (2,))],
     "no-done": [ColumnSpec("obs", np.float32, (2,)), ColumnSpec("reward", np.float64, ()),
                 ColumnSpec("truncated", np.bool_, ()), ColumnSpec("next_obs", np.float32, (2,))],
 }
@@ -519,6 +522,9 @@ def test_nstep_field_kernel_equals_the_device_body(layout, n_envs, demo, rng):
             shape = (*lead, *c.shape)
             if c.dtype == np.bool_:
                 out[c.name] = rng.random(shape) < 0.2
+            elif c.name in ("done", "truncated"):  # byte flags: any non-zero value is set
+                out[c.name] = ((rng.random(shape) < 0.2) * rng.choice([1, 2, -1], shape)
+                               ).astype(c.dtype)
             elif c.dtype == np.uint8:
                 out[c.name] = rng.integers(0, 256, shape).astype(np.uint8)
             else:
@@ -528,7 +534,7 @@ def test_nstep_field_kernel_equals_the_device_body(layout, n_envs, demo, rng):
     plan = rep._nstep_plan()
     assert plan.fields is not None and (plan.fields[2] == -1) == (layout == "no-done")
     t_hi, l_lo, _ = plan.bytes_tl
-    assert (l_lo >= t_hi) == (layout in ("grouped", "no-done"))
+    assert (l_lo >= t_hi) == (layout in ("grouped", "no-done", "byte-flags"))
     assert plan.share == (layout != "sandwich")  # act lies between next_obs and next_act
     if demo:
         rep.add_demos(**rows((demo,)))
