@@ -114,6 +114,22 @@ def test_add1_numbatraj(benchmark, ratios):
     ratios.record(G_ADD1, "StoreReplay.add", benchmark, items=SINGLE_CALLS)
 
 
+def test_add1_numbatraj_kept(benchmark, ratios):
+    """The same adds into a replay that keeps its n-step targets (each add refreshes the
+    row's targets and those of the n - 1 rows before it)."""
+    rep = StoreReplay(_columns(), CAP, n_step=3, gamma=0.99)
+    one = {k: v[0] for k, v in _batch(1).items()}
+
+    def run():
+        for _ in range(SINGLE_CALLS):
+            rep.add(**one)
+
+    run()
+    benchmark(run)
+    ratios.record(G_ADD1, "StoreReplay(n_step=3).add (kept n-step targets)", benchmark,
+                  items=SINGLE_CALLS)
+
+
 # ---------------------------------------------------------------------- add 1,000 transitions
 def test_add1k_cpprb(benchmark, ratios):
     rb = _cpprb()
@@ -145,6 +161,15 @@ def test_add1k_numbatraj(benchmark, ratios):
     rep.add(**rows)
     benchmark(lambda: rep.add(**rows))
     ratios.record(G_ADD1K, "StoreReplay.add", benchmark, items=CHUNK, nbytes=CHUNK * ROW_BYTES)
+
+
+def test_add1k_numbatraj_kept(benchmark, ratios):
+    rep = StoreReplay(_columns(), CAP, n_step=3, gamma=0.99)
+    rows = _batch(CHUNK)
+    rep.add(**rows)
+    benchmark(lambda: rep.add(**rows))
+    ratios.record(G_ADD1K, "StoreReplay(n_step=3).add (kept n-step targets)", benchmark,
+                  items=CHUNK, nbytes=CHUNK * ROW_BYTES)
 
 
 # ---------------------------------------------------------------------- uniform sampling
@@ -379,14 +404,29 @@ def test_nstep_sample(benchmark, ratios):
     ratios.record(G_NSTEP, "StoreReplay.sample(4096, n_step=3)", benchmark, items=BATCH)
 
 
-#: (n_envs, prioritized, n_step) of the n-step matrix, each case's plain baseline first
-NSTEP_MATRIX = [(e, per, n) for e in (1, 8) for per in (False, True) for n in (None, 3, 5)]
+def test_nstep_sample_kept(benchmark, ratios):
+    """A replay built with ``n_step=3, gamma=0.99``: its rows keep their targets (and
+    next_obs at the window's last row), so the draw reads one record per row."""
+    rep = StoreReplay(_columns(), CAP, seed=0, n_step=3, gamma=0.99)
+    rep.add(**_batch(CAP))
+    rep.sample(BATCH)
+    benchmark(lambda: rep.sample(BATCH))
+    ratios.record(G_NSTEP, "StoreReplay(n_step=3, gamma=0.99).sample(4096), kept targets",
+                  benchmark, items=BATCH)
+
+
+#: (n_envs, prioritized, n_step, kept) of the n-step matrix, each case's plain baseline
+#: first; kept: a replay built with that n_step (its rows keep their targets)
+NSTEP_MATRIX = [(e, per, n, kept) for e in (1, 8) for per in (False, True)
+                for n, kept in ((None, False), (3, False), (5, False), (3, True), (5, True))]
 
 
 @functools.lru_cache(maxsize=1)
-def _stream_replay(n_envs: int, prioritized: bool) -> StoreReplay:
-    """The issue's layout with ``n_envs`` streams (``(CAP / E, E)`` steps added), filled."""
-    rep = StoreReplay(_columns(), CAP, n_envs=n_envs, prioritized=prioritized, seed=0)
+def _stream_replay(n_envs: int, prioritized: bool, kept: int | None = None) -> StoreReplay:
+    """The issue's layout with ``n_envs`` streams (``(CAP / E, E)`` steps added), filled;
+    ``kept``: built with ``n_step=kept, gamma=0.99``."""
+    rep = StoreReplay(_columns(), CAP, n_envs=n_envs, prioritized=prioritized, seed=0,
+                      n_step=kept, gamma=0.99)
     rows = _batch(CAP)
     if n_envs > 1:
         rows = {k: v.reshape(CAP // n_envs, n_envs, *v.shape[1:]) for k, v in rows.items()}
@@ -394,18 +434,21 @@ def _stream_replay(n_envs: int, prioritized: bool) -> StoreReplay:
     return rep
 
 
-@pytest.mark.parametrize("n_envs, prioritized, n_step", NSTEP_MATRIX,
-                         ids=[f"E{e}-{'per' if p else 'uni'}-{'plain' if n is None else f'n{n}'}"
-                              for e, p, n in NSTEP_MATRIX])
-def test_nstep_matrix(benchmark, ratios, n_envs, prioritized, n_step):
-    """n-step sample(4096) against plain sample(4096) of the same replay, per (n_envs,
-    uniform / prioritized); the draw's stream cost (n_envs > 1) is in both."""
-    rep = _stream_replay(n_envs, prioritized)
+@pytest.mark.parametrize(
+    "n_envs, prioritized, n_step, kept", NSTEP_MATRIX,
+    ids=[f"E{e}-{'per' if p else 'uni'}-{'plain' if n is None else f'n{n}'}{'-kept' if k else ''}"
+         for e, p, n, k in NSTEP_MATRIX])
+def test_nstep_matrix(benchmark, ratios, n_envs, prioritized, n_step, kept):
+    """n-step sample(4096) against plain sample(4096), per (n_envs, uniform / prioritized):
+    walked at draw time on the plain replay, or kept by a replay built with that n_step;
+    the draw's stream cost (n_envs > 1) is in all of them."""
+    rep = _stream_replay(n_envs, prioritized, n_step if kept else None)
     group = (f"replay sample(4096), n_step vs plain, n_envs={n_envs}, "
              f"{'prioritized' if prioritized else 'uniform'}")
     rep.sample(BATCH, n_step=n_step, gamma=0.99)
     benchmark(lambda: rep.sample(BATCH, n_step=n_step, gamma=0.99))
-    what = "StoreReplay.sample(4096)" if n_step is None else f"n_step={n_step}"
+    what = ("StoreReplay.sample(4096)" if n_step is None else
+            f"n_step={n_step}" + (f", kept (StoreReplay(n_step={n_step}))" if kept else ""))
     ratios.record(group, what, benchmark, baseline=n_step is None, items=BATCH)
 
 

@@ -274,6 +274,8 @@ def columns_from_config(path: str, cfg: dict[str, Any],
             n_envs=cfg.get("n_envs", 1), next_of=cfg.get("next_of") or None,
             frame_stack=cfg.get("frame_stack") or None,
         )
+        if cfg.get("n_step") is not None:  # a StoreReplay that keeps n-step targets
+            args.update(n_step=int(cfg["n_step"][0]), gamma=float(cfg["n_step"][1]))
         capacity, ere = cfg["capacity"], cfg["ere"]
     except (KeyError, TypeError, AttributeError) as exc:
         raise IntegrityError(f"checkpoint {path!r}: unreadable config: {exc!r}") from exc

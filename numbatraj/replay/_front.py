@@ -176,6 +176,8 @@ class ReplayFront(abc.ABC):
         self._size = 0
         self._n_demo = 0
         self._n_added = 0
+        #: (n_step, gamma) whose targets the rows keep (StoreReplay's ``n_step=``), or None
+        self._kept: tuple[int, float] | None = None
 
     # ------------------------------------------------------------------ properties
     @property
@@ -560,7 +562,7 @@ class ReplayFront(abc.ABC):
         return batch
 
     def sample(self, batch_size: int, *, k: int | None = None, K: int | None = None,  # noqa: N803
-               n_step: int | None = None, gamma: float = 0.99,
+               n_step: int | None = None, gamma: float | None = None,
                ) -> tuple[dict[str, Any], IndexBatch]:
         """Draw a minibatch.
 
@@ -576,7 +578,9 @@ class ReplayFront(abc.ABC):
             and every ``next_<x>`` column (stored or ``next_of``) is taken at row ``t+m-1``
             of the same stream; ``m <= n_step`` stops at an episode end (``done`` or
             ``truncated``) and at the stream's newest row (the write head: bootstrapped from
-            what exists).
+            what exists).  ``gamma`` defaults to 0.99.  On a replay built with
+            ``n_step=`` (:class:`StoreReplay`), both default to the replay's, whose targets
+            its rows keep (a draw with them reads those instead of walking each window).
 
         Returns
         -------
@@ -601,7 +605,7 @@ class ReplayFront(abc.ABC):
 
     def sample_into(self, outputs: Mapping[str, Any], batch_size: int, *, k: int | None = None,
                     K: int | None = None, n_step: int | None = None,  # noqa: N803
-                    gamma: float = 0.99) -> IndexBatch:
+                    gamma: float | None = None) -> IndexBatch:
         """:meth:`sample` into caller-owned arrays.
 
         ``outputs[name]``: C-contiguous, writeable, shape ``(batch_size, *spec.shape)``, the
@@ -631,9 +635,17 @@ class ReplayFront(abc.ABC):
             self._gather_ext(batch.indices, outputs, b, ns)
         return batch
 
-    def _check_nstep(self, n_step: int | None, gamma: float) -> tuple[int, float] | None:
+    def _check_nstep(self, n_step: int | None,
+                     gamma: float | None) -> tuple[int, float] | None:
         if n_step is None:
-            return None
+            kept = self._kept
+            if kept is None:
+                return None
+            n_step = kept[0]
+            if gamma is None:
+                return kept
+        if gamma is None:
+            gamma = 0.99 if self._kept is None else self._kept[1]
         if not self._nstep_schema_ok:
             self._check_nstep_schema()
         return check_count("n_step", n_step), check_real("gamma", gamma, 0.0, False)
@@ -818,6 +830,7 @@ class ReplayFront(abc.ABC):
             "demo_fraction": self._fraction,
             "ere": None if ere is None else {"eta": ere.eta, "c_min": ere.c_min},
             **self._streams.to_json(),
+            **({} if self._kept is None else {"n_step": list(self._kept)}),
         }
 
     def _ring_state(self) -> ck.RingState:

@@ -35,6 +35,8 @@ __all__ = [
     "nstep_cpu",
     "nstep_gather_cpu",
     "nstep_gather_cols_cpu",
+    "nstep_keep_cpu",
+    "nstep_kept_cols_cpu",
     "gather_record_cols_cpu",
     "nstep_row_py",
     "next_rows_cpu",
@@ -618,6 +620,131 @@ def nstep_gather_cols_cpu(idx, n, gamma, roff, r64, doff, toff, ring_base, n_dem
         _move_bytes(blk_l + j * rb + l_lo, base + lq * rb + l_lo, l_n)  # 0: none
         if j == NSTEP_BLOCK - 1 or i == b - 1:  # the block's lanes out, column by column
             _block_out(tab, addrs, blk_t, blk_l, rb, i - j, j + 1)
+
+
+#: Terminal bit of a kept n-step code (:func:`nstep_keep_cpu`): the low bits hold ``m``.
+KEPT_TERMINAL = 128
+#: Lanes :func:`nstep_kept_cols_cpu` prefetches ahead of the lane it copies.
+KEPT_AHEAD = 32
+#: The largest ``n_step`` a replay keeps targets for (``m`` in the code's low 7 bits).
+KEPT_MAX_N = 127
+
+
+@njit_kernel
+def nstep_keep_cpu(d_lo, d_hi, r_lo, r_hi, n, gamma, reward, rq, rlow, rstep, done, trunc,  # type: ignore[no-untyped-def]
+                   ring_base, n_demo, ring_cap, n_envs, start, size, ret, code, rec, ktab):
+    """Kept n-step targets of the demo rows ``[d_lo, d_hi)`` and the ring logical rows
+    ``[r_lo, r_hi)`` (0 = oldest held): per physical row ``q``, ``ret[q]`` (a float32 view
+    of the records), ``code[q]`` (a uint8 view: ``m | KEPT_TERMINAL`` when the window ended
+    on ``done``, else ``m``) and, per ``ktab`` row ``(source, destination, bytes)``, the
+    source bytes of record ``last`` copied to the destination bytes of record ``q``
+    (``rec``: uint64 ``(capacity, W)``; the ``next_*`` columns at the window's last row).
+
+    The walk is :func:`nstep_gather_cpu`'s, the same float operations in the same order,
+    so a draw that reads the kept targets (:func:`nstep_kept_cols_cpu`) returns what a walk
+    at draw time would (the tests hold the two equal bit for bit).  A row's targets change
+    only when its stream gets a new row within ``n - 1`` steps of it (its window grows past
+    the old write head): the replay refreshes those rows after every add.  Returns 0.
+    """
+    ring_end = ring_base + ring_cap
+    rb = rec.shape[1] * rec.itemsize
+    base = _address(rec)
+    for part in range(2):
+        lo = d_lo if part == 0 else r_lo
+        hi = d_hi if part == 0 else r_hi
+        for i in range(lo, hi):
+            if part == 0:  # a demo row: the demos are one stream, p + 1 inside them
+                q = i
+                ahead = n_demo - 1 - q
+                m = n if ahead >= n else ahead + 1
+                step = 1
+                wrap = 0
+                end = n_demo
+            else:
+                s = start + i
+                if s >= ring_cap:
+                    s -= ring_cap
+                q = ring_base + s
+                ahead = (size - 1 - i) // n_envs
+                m = n if ahead >= n else ahead + 1
+                step = n_envs
+                wrap = ring_cap
+                end = ring_end
+            t = q
+            lq = q
+            g = 1.0
+            acc = 0.0
+            d = -1.0
+            c = 0
+            for _ in range(m):
+                if rq:
+                    acc += g * np.float64(dequantize(reward[q], rlow, rstep))
+                else:
+                    acc += g * np.float64(reward[q])
+                c += 1
+                lq = q
+                if done[q]:
+                    d = 0.0
+                    break
+                g *= gamma
+                if trunc[q]:
+                    break
+                q += step
+                if q >= end:
+                    q -= wrap
+            ret[t] = acc
+            code[t] = c | KEPT_TERMINAL if d == 0.0 else c
+            for k in range(ktab.shape[0]):
+                _move_bytes(base + t * rb + ktab[k, 1], base + lq * rb + ktab[k, 0],
+                            ktab[k, 2])
+    return 0
+
+
+@njit_kernel
+def nstep_kept_cols_cpu(idx, coff, roff, powers, ring_base, ring_cap, n_envs, rec, t_hi,  # type: ignore[no-untyped-def]
+                        tab, outs, addrs, block, ret, disc, last):
+    """:func:`nstep_gather_cols_cpu` for a replay that keeps its n-step targets: no walk,
+    one record per lane.
+
+    Record ``idx[i]`` holds its window's targets (:func:`nstep_keep_cpu`): the float32
+    return at byte ``roff``, the code (``m``, terminal bit) at byte ``coff`` and a copy of
+    each narrow ``next_*`` column at the last row; so ``ret[i]`` is read, ``disc[i]`` is
+    ``powers[m]`` (``gamma**k`` as the walk multiplies it, float64) or 0, and ``last[i]``
+    (for the columns stored apart) is ``t + (m - 1) E`` (``E``: 1 in the demos), wrapped at
+    the ring's end.  Bytes ``[0, t_hi)`` of the record (every field the draw reads) go to
+    the lane's row of ``block``, and every :data:`NSTEP_BLOCK` lanes the block goes out
+    column by column (``tab``: offset, bytes, 0; the ``next_*`` outputs read their copies),
+    as in :func:`gather_record_cols_cpu`; each lane's lines are prefetched
+    :data:`KEPT_AHEAD` lanes ahead.  Returns 0.
+    """
+    b = idx.shape[0]
+    rb = rec.shape[1] * rec.itemsize
+    base = _address(rec)
+    for c in range(tab.shape[0]):
+        addrs[c] = _address(outs[c])
+    blk = _address(block)
+    ring_end = ring_base + ring_cap
+    for i in range(-KEPT_AHEAD, b):
+        a = i + KEPT_AHEAD
+        if a < b:
+            _prefetch_span(base + idx[a] * rb, t_hi)
+        if i < 0:
+            continue
+        q = idx[i]
+        x = base + q * rb
+        cb = np.int64(_load_u8(x + coff))
+        m = cb & (KEPT_TERMINAL - 1)
+        lq = q + (m - 1) * (1 if q < ring_base else n_envs)
+        if lq >= ring_end:
+            lq -= ring_cap
+        last[i] = lq
+        ret[i] = _load_f32(x + roff)
+        disc[i] = 0.0 if cb & KEPT_TERMINAL else powers[m]
+        j = i % NSTEP_BLOCK
+        _move_bytes(blk + j * rb, x, t_hi)
+        if j == NSTEP_BLOCK - 1 or i == b - 1:  # the block's lanes out, column by column
+            _block_out(tab, addrs, blk, blk, rb, i - j, j + 1)
+    return 0
 
 
 #: Lanes whose records :func:`gather_record_cols_cpu` prefetches ahead of the lane it

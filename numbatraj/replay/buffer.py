@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from numbatraj._checks import as_host_values, check_real, host_buffer
+from numbatraj._checks import as_host_values, check_count, check_real, host_buffer
 from numbatraj.data.column import ColumnSpec
 from numbatraj.data.index_batch import IndexBatch
 from numbatraj.errors import IntegrityError, SamplerError, SchemaError
@@ -62,10 +62,20 @@ def _wide_columns(cols: ReplayColumns) -> tuple[str, ...]:
                  if cols.row_elems(n) * cols.storage_dtype(n).itemsize > WIDE_BYTES)
 
 
+#: The record fields of kept n-step targets (``StoreReplay(n_step=)``): the float32 return
+#: and the code (``m``, terminal bit; ``_stream_kernels.nstep_keep_cpu``); each narrow
+#: ``next_<x>`` column also gets ``_kept_next_<x>``, its value at the window's last row.
+_KEPT_FIELDS = (("_kept_return", 4), ("_kept_code", 1))
+_KEPT_PREFIX = "_kept_"
+
+
 def _record_layout(cols: ReplayColumns, names: Iterable[str] | None = None,
-                   ) -> tuple[int, dict[str, tuple[int, np.dtype]]]:
+                   kept: bool = False) -> tuple[int, dict[str, tuple[int, np.dtype]]]:
     """Record size (a multiple of 8 bytes) and each column's ``(byte offset, word dtype)``,
-    over ``names`` (default: every column).
+    over ``names`` (default: every column); with ``kept``, also the fields of
+    :data:`_KEPT_FIELDS` (grouped with the walk's) and a ``_kept_next_<x>`` copy of each
+    ``next_<x>`` column right after them: a draw of the kept targets reads the bytes up to
+    there of one record, and none of the ``next_<x>`` columns behind them.
 
     Three groups, each widest word first (stable): the columns an n-step draw reads at the
     window's first row only, then the ones its walk reads at every row (``reward``,
@@ -86,8 +96,14 @@ def _record_layout(cols: ReplayColumns, names: Iterable[str] | None = None,
         nbytes = cols.row_elems(name) * cols.storage_dtype(name).itemsize
         items.append((name, nbytes, _rk.word_dtype(nbytes) if nbytes else np.dtype(np.uint8)))
     specs = cols.specs
+    if kept:
+        items.extend((name, nb, _rk.word_dtype(nb)) for name, nb in _KEPT_FIELDS)
+        items.extend((_KEPT_PREFIX + name, nb, wdt) for name, nb, wdt in list(items)
+                     if name.startswith("next_") and name[5:] in specs and nb)
 
-    def group(name: str) -> int:
+    def group(name: str) -> float:
+        if name.startswith(_KEPT_PREFIX):
+            return 1.5 if name.startswith(_KEPT_PREFIX + "next_") else 1
         if name in ("reward", "done", "truncated") and specs[name].shape == ():
             return 1
         return 2 if name.startswith("next_") and name[5:] in specs else 0
@@ -105,7 +121,7 @@ def _record_layout(cols: ReplayColumns, names: Iterable[str] | None = None,
     packed = place(sorted(range(len(items)), key=lambda k: -items[k][2].itemsize))
     walk = place(sorted(range(len(items)),
                         key=lambda k: (group(items[k][0]), -items[k][2].itemsize)))
-    return walk if walk[0] <= packed[0] else packed
+    return walk if kept or walk[0] <= packed[0] else packed
 
 
 def _view(raw: np.ndarray, shape: tuple[int, ...], dtype: np.dtype, offset: int,
@@ -295,6 +311,8 @@ class StoreReplay(ReplayFront):
         n_envs: int = 1,
         next_of: Mapping[str, str] | None = None,
         frame_stack: Mapping[str, int] | None = None,
+        n_step: int | None = None,
+        gamma: float = 0.99,
     ) -> None:
         super().__init__(
             columns, capacity, prioritized=prioritized, seed=seed, alpha=alpha, beta=beta,
@@ -324,7 +342,9 @@ class StoreReplay(ReplayFront):
         # column.  Wide columns (images) are stored apart, contiguous (see WIDE_BYTES).
         self._wide = _wide_columns(self._cols)
         narrow = [n for n in self._cols.names if n not in self._wide]
-        self._layout = _record_layout(self._cols, narrow)
+        if n_step is not None:  # 'reward' is a scalar (narrow): there is a record
+            self._kept = self._check_kept(n_step, gamma)
+        self._layout = _record_layout(self._cols, narrow, self._kept is not None)
         self._row_bytes = rb = self._layout[0]
         #: uint64 (capacity, row_bytes / 8): the row records of the narrow columns
         self._rec = np.zeros((cap if narrow else 0, rb // 8), dtype=np.uint64)
@@ -417,6 +437,99 @@ class StoreReplay(ReplayFront):
         #: float64 copy of a reward the kernels cannot read (float16, longdouble): None
         #: until the first n-step draw, then kept in step by every write (dropped on load)
         self._rshadow: np.ndarray | None = None
+        #: kept n-step targets (n_step=): the (capacity,) float32 return and uint8 code
+        #: views of the records, the powers gamma**k (k <= n) as the walk multiplies them,
+        #: and (rows added, demo rows) when they were last refreshed
+        self._kept_views: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._kept_at = (0, 0)
+        #: (source, destination, bytes) of each next_<x> copy the refresh makes, and the
+        #: kept draw's (offset, bytes, 0) per column of _nstep_plan().tab_names and t_hi
+        self._kept_copy = np.zeros((0, 3), dtype=np.int64)
+        self._kept_draw: tuple[np.ndarray, int] | None = None
+        if self._kept is not None:
+            n, g = self._kept
+            powers = np.ones(n + 1, dtype=np.float64)
+            for k in range(1, n + 1):
+                powers[k] = powers[k - 1] * g
+            where = self._layout[1]
+            self._kept_views = (
+                _view(raw, (cap,), np.dtype(np.float32), where["_kept_return"][0], rb),
+                _view(raw, (cap,), np.dtype(np.uint8), where["_kept_code"][0], rb),
+                powers,
+            )
+            copies = [(where[k[len(_KEPT_PREFIX):]][0], where[k][0],
+                       self._cols.row_elems(k[len(_KEPT_PREFIX):])
+                       * self._cols.storage_dtype(k[len(_KEPT_PREFIX):]).itemsize)
+                      for k in where if k.startswith(_KEPT_PREFIX + "next_")]
+            self._kept_copy = np.array(copies, dtype=np.int64).reshape(-1, 3)
+
+    # ------------------------------------------------------------------ kept n-step targets
+    def _check_kept(self, n_step: Any, gamma: Any) -> tuple[int, float]:
+        """The constructor's ``n_step`` / ``gamma`` (checked like a draw's, ``n_step`` at
+        most :data:`_stream_kernels.KEPT_MAX_N`)."""
+        n = check_count("n_step", n_step)
+        if n > _sk.KEPT_MAX_N:
+            raise SchemaError(f"n_step={n}: a replay keeps targets of windows up to "
+                              f"{_sk.KEPT_MAX_N} steps (draw longer ones with "
+                              f"sample(n_step=))")
+        g = check_real("gamma", gamma, 0.0, False)
+        self._check_nstep_schema()
+        return n, g
+
+    @property
+    def n_step(self) -> tuple[int, float] | None:
+        """``(n_step, gamma)`` whose targets the rows keep (the constructor's), or None."""
+        return self._kept
+
+    def _keep_refresh(self) -> None:
+        """Kept targets of the rows the adds since the last refresh wrote, and of the
+        ``n - 1`` steps before them in each stream (whose windows may have grown)."""
+        assert self._kept is not None and self._kept_views is not None
+        n, g = self._kept
+        added, demos = self._kept_at
+        d_lo = d_hi = r_lo = r_hi = 0
+        if self._n_demo != demos:
+            d_lo, d_hi = max(0, demos - (n - 1)), self._n_demo
+        new = self._n_added - added
+        if new > 0:
+            r_hi = self._size
+            r_lo = max(0, r_hi - new - (n - 1) * self._streams.n_envs)
+        self._keep_rows(d_lo, d_hi, r_lo, r_hi)
+
+    def _keep_all(self) -> None:
+        """Kept targets of every held row (after a load)."""
+        if self._kept is not None:
+            self._keep_rows(0, self._n_demo, 0, self._size)
+
+    def _keep_rows(self, d_lo: int, d_hi: int, r_lo: int, r_hi: int) -> None:
+        assert self._kept is not None and self._kept_views is not None
+        plan = self._nstep_plan()
+        ret, code, _ = self._kept_views
+        _sk.nstep_keep_cpu(d_lo, d_hi, r_lo, r_hi, self._kept[0], self._kept[1],
+                           self._nstep_reward(), plan.rq, plan.rlow, plan.rstep, self._done_v,
+                           self._trunc_v, *self._geom(), ret, code, self._rec,
+                           self._kept_copy)
+        self._kept_at = (self._n_added, self._n_demo)
+
+    def _ring_changed(self) -> None:
+        if self._kept is not None:
+            self._keep_refresh()
+
+    def _kept_tab(self, plan: _NstepPlan) -> tuple[np.ndarray, int]:
+        """The kept draw's column table (the ``next_*`` columns from their copies) and the
+        record bytes it reads, ``[0, t_hi)``."""
+        kd = self._kept_draw
+        if kd is None:
+            assert plan.tab is not None
+            where = self._layout[1]
+            rows = []
+            for name, (off, nb, at) in zip(plan.tab_names, plan.tab.tolist()):
+                rows.append((where[_KEPT_PREFIX + name][0] if at else off, nb, 0))
+            tab = np.array(rows, dtype=np.int64).reshape(-1, 3)
+            t_hi = max([o + nb for o, nb, _ in rows]
+                       + [where["_kept_code"][0] + 1, where["_kept_return"][0] + 4])
+            kd = self._kept_draw = (tab, t_hi)
+        return kd
 
     # ------------------------------------------------------------------ properties
     @property
@@ -541,6 +654,8 @@ class StoreReplay(ReplayFront):
         if self._size < r:
             self._size += 1
         self._n_added += 1
+        if self._kept is not None:
+            self._keep_refresh()
         return 1
 
     # ------------------------------------------------------------------ sampling
@@ -818,7 +933,16 @@ class StoreReplay(ReplayFront):
         reward (its float64 copy, no record field) takes ``nstep_gather_cpu``.
         """
         recs_t, recs_l, cols, ident, last = self._nstep_work(b)
-        if plan.fields is not None:  # no quantised record column: straight into the outputs
+        kv = self._kept_views
+        if kv is not None and plan.tab is not None and ns == self._kept:  # no walk
+            outs = tuple([outputs[n].ravel().view(_U8) for n in plan.tab_names])
+            where = self._layout[1]
+            tab, t_hi = self._kept_tab(plan)
+            _sk.nstep_kept_cols_cpu(idx, where["_kept_code"][0], where["_kept_return"][0],
+                                    kv[2], self._d, self._r, self._streams.n_envs, self._rec,
+                                    t_hi, tab, outs, plan.addrs, plan.block,
+                                    outputs["return"], outputs["discount"], last)
+        elif plan.fields is not None:  # no quantised record column: straight into the outputs
             outs = tuple([outputs[n].ravel().view(_U8) for n in plan.tab_names])
             _sk.nstep_gather_cols_cpu(idx, ns[0], ns[1], *plan.fields, *self._geom(),
                                       self._rec, *plan.bytes_tl, plan.share, plan.tab, outs,
@@ -1131,6 +1255,7 @@ class StoreReplay(ReplayFront):
         self._set_ring_state(ring)
         if self._per is not None:
             self._beta = self._per.beta
+        self._keep_all()
 
     def _host_rows(self) -> StoreReplay:
         return self

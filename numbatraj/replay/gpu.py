@@ -552,7 +552,8 @@ class StoreReplayGpu(ReplayFront):
                 side.d_slot[:, 0], side.d_pool[target], rows, d,  # type: ignore[attr-defined]
                 flat.reshape(b * d, e))
 
-    def _check_nstep(self, n_step: int | None, gamma: float) -> tuple[int, float] | None:
+    def _check_nstep(self, n_step: int | None,
+                     gamma: float | None) -> tuple[int, float] | None:
         ns = super()._check_nstep(n_step, gamma)
         if ns is not None and "reward" in self._cols.quant:
             # the device walk reads the stored reward words: for a quantised column those

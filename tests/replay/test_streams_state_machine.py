@@ -3,7 +3,9 @@ deque per env (maxlen = ring rows per env) and a list of demos.  Operations: add
 several steps of every env (episodes ending at random, batches larger than the ring), demo
 rows, transition draws with and without n-step targets (return, discount, next_obs at
 t+m-1, frame stacks), sequence draws (spanning and within_episode), save / load in the
-middle.  Every sampled value is checked against the model."""
+middle.  A twin replay that keeps its n-step targets (``n_step=`` at construction, next_obs
+stored) takes the same adds; its draws are checked against the same model.  Every sampled
+value is checked against the model."""
 
 from __future__ import annotations
 
@@ -23,17 +25,22 @@ from tests.reference import frame_stack_ref, nstep_ref, window_ref
 
 COLS = [ColumnSpec("obs", np.float32, (2,)), ColumnSpec("reward", np.float32, ()),
         ColumnSpec("done", np.bool_, ()), ColumnSpec("truncated", np.bool_, ())]
+KEPT_COLS = [*COLS, ColumnSpec("next_obs", np.float32, (2,))]
 
 
 class StreamMachine(RuleBasedStateMachine):
     @initialize(n_envs=st.integers(1, 3), per_env=st.integers(1, 5), demo=st.integers(0, 3),
-                depth=st.integers(1, 3), seed=st.integers(0, 2**16))
-    def setup(self, n_envs, per_env, demo, depth, seed):
+                depth=st.integers(1, 3), seed=st.integers(0, 2**16),
+                kept_n=st.sampled_from([1, 2, 3, 5]), kept_g=st.sampled_from([0.5, 1.0]))
+    def setup(self, n_envs, per_env, demo, depth, seed, kept_n=3, kept_g=0.5):
         self.tmp = Path(tempfile.mkdtemp())
         self.e, self.per_env, self.depth = n_envs, per_env, depth
         self.kw = dict(n_envs=n_envs, demo_capacity=demo, seed=seed,
                        next_of={"next_obs": "obs"}, frame_stack={"obs": depth})
         self.rep = StoreReplay(COLS, n_envs * per_env + demo, **self.kw)
+        self.kept_ng = (kept_n, kept_g)
+        self.kept = StoreReplay(KEPT_COLS, n_envs * per_env + demo, n_envs=n_envs,
+                                demo_capacity=demo, seed=seed, n_step=kept_n, gamma=kept_g)
         self.envs: list[deque] = [deque(maxlen=per_env) for _ in range(n_envs)]
         self.demos: list[dict] = []
         self.next_id = 0
@@ -69,6 +76,7 @@ class StreamMachine(RuleBasedStateMachine):
         else:
             arrays = {k: v[0] for k, v in arrays.items()}  # one row: the general path
         assert self.rep.add(**arrays) == n
+        assert self.kept.add(**arrays) == n
         for i, row in enumerate(rows):
             self.envs[i % self.e].append(row)
 
@@ -79,6 +87,7 @@ class StreamMachine(RuleBasedStateMachine):
         ids = 100_000 + len(self.demos) + np.arange(n)
         arrays, rows = self._rows(n, ids, 1, ends, [])
         self.rep.add_demos(**arrays)
+        self.kept.add_demos(**arrays)
         self.demos.extend(rows)
 
     def _where(self) -> dict[int, tuple[list, int]]:
@@ -111,6 +120,20 @@ class StreamMachine(RuleBasedStateMachine):
             nwant = [stream[q]["id"] for q in frame_stack_ref(stream, last, d)][1:]
             assert out["next_obs"][i, :-1, 0].astype(int).tolist() == nwant
 
+    @rule()
+    def sample_kept(self):
+        if self.kept.n_rows == 0:
+            return
+        out, _ = self.kept.sample(16)  # the kept targets, no walk
+        where = self._where()
+        n, g = self.kept_ng
+        for i in range(16):
+            stream, j = where[int(out["obs"][i, 0])]
+            ret, disc, last = nstep_ref(stream, j, n, g)
+            assert abs(out["return"][i] - ret) <= 1e-5 * max(1, abs(ret))
+            assert abs(out["discount"][i] - disc) <= 1e-6
+            np.testing.assert_array_equal(out["next_obs"][i], stream[last]["next"])
+
     @rule(t_len=st.integers(1, 4), within=st.booleans())
     def sample_sequences(self, t_len, within):
         longest = max([len(self.demos)] + [len(e) for e in self.envs])
@@ -141,6 +164,13 @@ class StreamMachine(RuleBasedStateMachine):
             for k in a[0]:
                 np.testing.assert_array_equal(a[0][k], b[0][k])
         self.rep = back
+        self.kept.save(path)
+        kback = StoreReplay.load(path)
+        if self.kept.n_rows:
+            a, b = self.kept.sample(8), kback.sample(8)
+            for k in a[0]:
+                np.testing.assert_array_equal(a[0][k], b[0][k])
+        self.kept = kback
 
     @invariant()
     def rows_equal_the_model(self):
