@@ -282,6 +282,19 @@ class StoreReplay(ReplayFront):
     demo_fraction : float, optional
         Fixed share of every minibatch drawn from the demonstrations (rounded); ``None``
         draws demos and online rows as one population.
+    n_envs, next_of, frame_stack
+        Streams, derived ``next_*`` columns and frame stacks (docs/replay.md).
+    n_step, gamma : int, float, optional
+        The n-step targets this replay is built for (``n_step`` 1-127, ``gamma >= 0``).
+        Each row keeps its window's ``return``, ``discount`` and the narrow ``next_*``
+        columns at the window's last row in its record, refreshed by every add (the
+        written rows and the ``n_step - 1`` steps before them in each stream); a draw with
+        these values reads one record per row instead of walking the window, and returns
+        exactly what the walk would.  They become the defaults of :meth:`sample` and
+        :meth:`sample_into` (``sample(B)`` returns n-step targets; other ``n_step`` /
+        ``gamma`` walk as on any replay).  Costs per row: one more copy of each narrow
+        ``next_*`` column and 5 bytes; adds do the refresh.  Draws with ``next_of``, frame
+        stacks or a quantised record column walk (the targets are not read there).
 
     Notes
     -----
@@ -442,6 +455,7 @@ class StoreReplay(ReplayFront):
         #: and (rows added, demo rows) when they were last refreshed
         self._kept_views: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._kept_at = (0, 0)
+        self._keep_args: tuple[tuple[Any, ...], tuple[Any, ...]] | None = None
         #: (source, destination, bytes) of each next_<x> copy the refresh makes, and the
         #: kept draw's (offset, bytes, 0) per column of _nstep_plan().tab_names and t_hi
         self._kept_copy = np.zeros((0, 3), dtype=np.int64)
@@ -502,13 +516,19 @@ class StoreReplay(ReplayFront):
             self._keep_rows(0, self._n_demo, 0, self._size)
 
     def _keep_rows(self, d_lo: int, d_hi: int, r_lo: int, r_hi: int) -> None:
-        assert self._kept is not None and self._kept_views is not None
-        plan = self._nstep_plan()
-        ret, code, _ = self._kept_views
-        _sk.nstep_keep_cpu(d_lo, d_hi, r_lo, r_hi, self._kept[0], self._kept[1],
-                           self._nstep_reward(), plan.rq, plan.rlow, plan.rstep, self._done_v,
-                           self._trunc_v, *self._geom(), ret, code, self._rec,
-                           self._kept_copy)
+        args = self._keep_args
+        if args is None:  # built once; a load drops it (the float16 reward copy)
+            assert self._kept is not None and self._kept_views is not None
+            plan = self._nstep_plan()
+            ret, code, _ = self._kept_views
+            args = self._keep_args = (
+                (*self._kept, self._nstep_reward(), plan.rq, plan.rlow, plan.rstep,
+                 self._done_v, self._trunc_v, self._d),
+                (ret, code, self._rec, self._kept_copy))
+        o = self._cursor - self._size  # the oldest slot (_oldest_slot, inlined)
+        _sk.nstep_keep_cpu(d_lo, d_hi, r_lo, r_hi, *args[0], self._n_demo, self._r,
+                           self._streams.n_envs, o + self._r if o < 0 else o, self._size,
+                           *args[1])
         self._kept_at = (self._n_added, self._n_demo)
 
     def _ring_changed(self) -> None:
@@ -654,8 +674,9 @@ class StoreReplay(ReplayFront):
         if self._size < r:
             self._size += 1
         self._n_added += 1
-        if self._kept is not None:
-            self._keep_refresh()
+        if self._kept is not None:  # one stream: this row and the n - 1 before it
+            size = self._size
+            self._keep_rows(0, 0, max(0, size - self._kept[0]), size)
         return 1
 
     # ------------------------------------------------------------------ sampling
@@ -1234,6 +1255,7 @@ class StoreReplay(ReplayFront):
     def _load_rows(self, name: str, demo: np.ndarray, ring_rows: np.ndarray,
                    ring: ck.RingState) -> None:
         self._rshadow = None  # rebuilt from the loaded rows at the next n-step draw
+        self._keep_args = None  # they hold the reward array the kernels read
         for lo, rows in ((0, demo), (self._d, ring_rows)):
             dest = self._data[name][lo : lo + rows.shape[0]]
             if not np.may_share_memory(dest, rows):
