@@ -526,9 +526,9 @@ class StoreReplay(ReplayFront):
                  self._done_v, self._trunc_v, self._d),
                 (ret, code, self._rec, self._kept_copy))
         o = self._cursor - self._size  # the oldest slot (_oldest_slot, inlined)
-        _sk.nstep_keep_cpu(d_lo, d_hi, r_lo, r_hi, *args[0], self._n_demo, self._r,
-                           self._streams.n_envs, o + self._r if o < 0 else o, self._size,
-                           *args[1])
+        keep: Any = _sk.nstep_keep_cpu
+        keep(d_lo, d_hi, r_lo, r_hi, *args[0], self._n_demo, self._r, self._streams.n_envs,
+             o + self._r if o < 0 else o, self._size, *args[1])
         self._kept_at = (self._n_added, self._n_demo)
 
     def _ring_changed(self) -> None:
