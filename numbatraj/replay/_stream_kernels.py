@@ -37,6 +37,7 @@ __all__ = [
     "nstep_gather_cols_cpu",
     "nstep_keep_cpu",
     "nstep_kept_cols_cpu",
+    "nstep_kept_targets_cpu",
     "gather_record_cols_cpu",
     "nstep_row_py",
     "next_rows_cpu",
@@ -744,6 +745,37 @@ def nstep_kept_cols_cpu(idx, coff, roff, powers, ring_base, ring_cap, n_envs, re
         _move_bytes(blk + j * rb, x, t_hi)
         if j == NSTEP_BLOCK - 1 or i == b - 1:  # the block's lanes out, column by column
             _block_out(tab, addrs, blk, blk, rb, i - j, j + 1)
+    return 0
+
+
+@njit_kernel
+def nstep_kept_targets_cpu(idx, coff, roff, powers, ring_base, ring_cap, n_envs, rec, ret,  # type: ignore[no-untyped-def]
+                           disc, last):
+    """The kept n-step targets of the rows ``idx`` alone (``ret``, ``disc``, ``last`` as
+    :func:`nstep_kept_cols_cpu` reads them), for the draws that gather their columns after
+    the targets (``next_of``, frame stacks, quantised record columns): no walk.  Each
+    lane's record line is prefetched :data:`KEPT_AHEAD` lanes ahead.  Returns 0."""
+    b = idx.shape[0]
+    rb = rec.shape[1] * rec.itemsize
+    base = _address(rec)
+    ring_end = ring_base + ring_cap
+    for i in range(-KEPT_AHEAD, b):
+        a = i + KEPT_AHEAD
+        if a < b:
+            _prefetch_at(base + idx[a] * rb + coff)
+            _prefetch_at(base + idx[a] * rb + roff)
+        if i < 0:
+            continue
+        q = idx[i]
+        x = base + q * rb
+        cb = np.int64(_load_u8(x + coff))
+        m = cb & (KEPT_TERMINAL - 1)
+        lq = q + (m - 1) * (1 if q < ring_base else n_envs)
+        if lq >= ring_end:
+            lq -= ring_cap
+        last[i] = lq
+        ret[i] = _load_f32(x + roff)
+        disc[i] = 0.0 if cb & KEPT_TERMINAL else powers[m]
     return 0
 
 

@@ -293,8 +293,9 @@ class StoreReplay(ReplayFront):
         exactly what the walk would.  They become the defaults of :meth:`sample` and
         :meth:`sample_into` (``sample(B)`` returns n-step targets; other ``n_step`` /
         ``gamma`` walk as on any replay).  Costs per row: one more copy of each narrow
-        ``next_*`` column and 5 bytes; adds do the refresh.  Draws with ``next_of``, frame
-        stacks or a quantised record column walk (the targets are not read there).
+        ``next_*`` column and 5 bytes; adds do the refresh.  Draws with ``next_of`` or
+        frame stacks read the kept targets and gather the columns after them; with a
+        quantised record column the draw walks.
 
     Notes
     -----
@@ -357,6 +358,10 @@ class StoreReplay(ReplayFront):
         narrow = [n for n in self._cols.names if n not in self._wide]
         if n_step is not None:  # 'reward' is a scalar (narrow): there is a record
             self._kept = self._check_kept(n_step, gamma)
+            taken = [n for n in self._cols.names if n.startswith(_KEPT_PREFIX)]
+            if taken:
+                raise SchemaError(f"n_step=: the column name {taken[0]!r} is reserved for "
+                                  f"the kept targets' record fields ({_KEPT_PREFIX}*)")
         self._layout = _record_layout(self._cols, narrow, self._kept is not None)
         self._row_bytes = rb = self._layout[0]
         #: uint64 (capacity, row_bytes / 8): the row records of the narrow columns
@@ -988,8 +993,16 @@ class StoreReplay(ReplayFront):
     def _nstep_walk(self, idx: np.ndarray, outputs: Mapping[str, np.ndarray], b: int,
                     ns: tuple[int, float], plan: _NstepPlan) -> np.ndarray:
         """The n-step targets alone (``return``, ``discount`` into ``outputs``); returns the
-        last row of every window."""
+        last row of every window (read off the records when they keep these targets)."""
         last = np.empty(b, dtype=np.int64)
+        kv = self._kept_views
+        if kv is not None and ns == self._kept:
+            where = self._layout[1]
+            _sk.nstep_kept_targets_cpu(idx, where["_kept_code"][0], where["_kept_return"][0],
+                                       kv[2], self._d, self._r, self._streams.n_envs,
+                                       self._rec, outputs["return"], outputs["discount"],
+                                       last)
+            return last
         _sk.nstep_gather_cpu(idx, ns[0], ns[1], self._nstep_reward(), plan.rq, plan.rlow,
                              plan.rstep, self._done_v, self._trunc_v, *self._geom(),
                              self._rec, _NO_WORDS, 0, 0, _NO_WORDS,

@@ -261,3 +261,41 @@ def test_bad_schemas_are_refused():
     clash = _cols() + [ColumnSpec("discount", np.float32, ())]
     with pytest.raises(SchemaError, match="discount"):
         StoreReplay(clash, 16, n_step=3)
+    taken = _cols() + [ColumnSpec("_kept_return", np.float32, ())]
+    with pytest.raises(SchemaError, match="_kept_return"):
+        StoreReplay(taken, 16, n_step=3)
+    StoreReplay(taken, 16)  # the name is free when nothing is kept
+
+
+@pytest.mark.parametrize("e, depth", [(1, 1), (2, 3), (3, 2)])
+def test_next_of_and_frame_stack_draws_read_the_kept_targets(monkeypatch, e, depth):
+    """With next_of and frame stacks the draw gathers its columns after the targets: those
+    come off the records (nstep_kept_targets_cpu) and equal the walk's."""
+    calls = [0]
+    real = _buffer._sk.nstep_kept_targets_cpu
+
+    def counted(*args):
+        calls[0] += 1
+        return real(*args)
+
+    monkeypatch.setattr(_buffer._sk, "nstep_kept_targets_cpu", counted)
+    rng = np.random.default_rng(e * 10 + depth)
+    cols = [c for c in _cols() if c.name != "next_obs"]
+    kw = dict(n_envs=e, demo_capacity=4, seed=5, next_of={"next_obs": "obs"},
+              frame_stack={"obs": depth})
+    walk = StoreReplay(cols, 9 * e + 4, **kw)
+    kept = StoreReplay(cols, 9 * e + 4, n_step=3, gamma=0.9, **kw)
+    full = _cols()
+    d = _rows(rng, (3,), full)
+    walk.add_demos(**d)
+    kept.add_demos(**d)
+    for _ in range(12):
+        t = int(rng.integers(1, 6))
+        rows = _rows(rng, (t, e) if e > 1 else (t,), full)  # next_obs= on every add
+        walk.add(**rows)
+        kept.add(**rows)
+        a, _ = walk.sample(32, n_step=3, gamma=0.9)
+        b, _ = kept.sample(32)
+        for c in a:
+            np.testing.assert_array_equal(a[c], b[c], err_msg=c)
+    assert calls[0] == 12
