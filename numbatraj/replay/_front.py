@@ -650,6 +650,25 @@ class ReplayFront(abc.ABC):
             self._check_nstep_schema()
         return check_count("n_step", n_step), check_real("gamma", gamma, 0.0, False)
 
+    def _check_draw_nstep(self, n_step: Any, gamma: Any) -> tuple[int, float]:
+        """The constructor's ``n_step`` / ``gamma`` (checked like a draw's, ``n_step`` at
+        most :data:`_stream_kernels.KEPT_MAX_N`, the longest window a record's code holds)."""
+        from numbatraj.replay._stream_kernels import KEPT_MAX_N
+
+        n = check_count("n_step", n_step)
+        if n > KEPT_MAX_N:
+            raise SchemaError(f"n_step={n}: a replay is built for windows of up to "
+                              f"{KEPT_MAX_N} steps (draw longer ones with sample(n_step=))")
+        g = check_real("gamma", gamma, 0.0, False)
+        self._check_nstep_schema()
+        return n, g
+
+    @property
+    def n_step(self) -> tuple[int, float] | None:
+        """``(n_step, gamma)`` the replay was built with (its draws' defaults; a
+        :class:`StoreReplay`'s rows keep their targets), or None."""
+        return self._kept
+
     def _check_nstep_schema(self) -> None:
         """The checks of an n-step draw that depend on the schema only (once per replay)."""
         if "n_step" not in self._OPTIONS:

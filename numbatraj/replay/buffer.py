@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from numbatraj._checks import as_host_values, check_count, check_real, host_buffer
+from numbatraj._checks import as_host_values, check_real, host_buffer
 from numbatraj.data.column import ColumnSpec
 from numbatraj.data.index_batch import IndexBatch
 from numbatraj.errors import IntegrityError, SamplerError, SchemaError
@@ -357,7 +357,7 @@ class StoreReplay(ReplayFront):
         self._wide = _wide_columns(self._cols)
         narrow = [n for n in self._cols.names if n not in self._wide]
         if n_step is not None:  # 'reward' is a scalar (narrow): there is a record
-            self._kept = self._check_kept(n_step, gamma)
+            self._kept = self._check_draw_nstep(n_step, gamma)
             taken = [n for n in self._cols.names if n.startswith(_KEPT_PREFIX)]
             if taken:
                 raise SchemaError(f"n_step=: the column name {taken[0]!r} is reserved for "
@@ -483,23 +483,6 @@ class StoreReplay(ReplayFront):
             self._kept_copy = np.array(copies, dtype=np.int64).reshape(-1, 3)
 
     # ------------------------------------------------------------------ kept n-step targets
-    def _check_kept(self, n_step: Any, gamma: Any) -> tuple[int, float]:
-        """The constructor's ``n_step`` / ``gamma`` (checked like a draw's, ``n_step`` at
-        most :data:`_stream_kernels.KEPT_MAX_N`)."""
-        n = check_count("n_step", n_step)
-        if n > _sk.KEPT_MAX_N:
-            raise SchemaError(f"n_step={n}: a replay keeps targets of windows up to "
-                              f"{_sk.KEPT_MAX_N} steps (draw longer ones with "
-                              f"sample(n_step=))")
-        g = check_real("gamma", gamma, 0.0, False)
-        self._check_nstep_schema()
-        return n, g
-
-    @property
-    def n_step(self) -> tuple[int, float] | None:
-        """``(n_step, gamma)`` whose targets the rows keep (the constructor's), or None."""
-        return self._kept
-
     def _keep_refresh(self) -> None:
         """Kept targets of the rows the adds since the last refresh wrote, and of the
         ``n - 1`` steps before them in each stream (whose windows may have grown)."""

@@ -104,7 +104,9 @@ class StoreReplayGpu(ReplayFront):
 
     Parameters are those of :class:`StoreReplay`.  Uniform rows come from a Philox stream
     keyed by ``seed`` (lane ``i`` of draw ``d``: ``philox4x32_10(d, i; seed)``); prioritized
-    rows from a device sum-tree with one Philox uniform per stratum.
+    rows from a device sum-tree with one Philox uniform per stratum.  ``n_step`` /
+    ``gamma`` become the defaults of ``sample`` and ``sample_into`` as on the host; the
+    device walks each window at draw time (its rows keep no targets).
 
     Notes
     -----
@@ -135,6 +137,8 @@ class StoreReplayGpu(ReplayFront):
         n_envs: int = 1,
         next_of: Mapping[str, str] | None = None,
         frame_stack: Mapping[str, int] | None = None,
+        n_step: int | None = None,
+        gamma: float = 0.99,
     ) -> None:
         cuda = get_cuda()
         from numbatraj.replay import _ring_cuda, _stream_cuda, _sumtree_cuda
@@ -147,6 +151,9 @@ class StoreReplayGpu(ReplayFront):
             demo_fraction=demo_fraction, n_envs=n_envs, next_of=next_of,
             frame_stack=frame_stack,
         )
+        if n_step is not None:  # the draws' defaults; the device walks (nothing kept)
+            self._kept = self._check_draw_nstep(n_step, gamma)
+            self._check_nstep(*self._kept)  # a quantised reward is refused here already
         cap = self._capacity
         self._k0, self._k1 = np.uint64(self._seed & _U32), np.uint64(self._seed >> 32)
         self._ere_step_set = False
