@@ -4,10 +4,11 @@
 ``SyncVectorEnv`` does: each step adds one row per env (``(n_envs, *shape)``) to a replay
 with ``n_envs`` streams and ``next_of={"next_obs": "obs"}``, so an observation is stored
 once and the final observation of an episode (and each env's newest one) is kept in the
-side table.  Minibatches come with 3-step returns computed at sample time, per stream,
-stopping at episode ends and at the write head.  The script checks a few targets against
-a brute-force recomputation from its own per-env history, checkpoints and resumes, and
-dumps the streams as separate episodes.
+side table.  Minibatches come with 3-step returns per stream, stopping at episode ends
+and at the write head: the replay is built for them (``n_step=3, gamma=0.9``), so each row
+keeps its window's targets as rows arrive, equal to a walk at sample time.  The script
+checks a few targets against a brute-force recomputation from its own per-env history,
+checkpoints and resumes, and dumps the streams as separate episodes.
 
     python examples/replay_vec_env.py [--steps 400] [--out build/replay_vec_env]
 """
@@ -67,7 +68,8 @@ def main() -> None:
     os.makedirs(args.out, exist_ok=True)
 
     envs = ChainEnvs(N_ENVS, seed=0)
-    rep = StoreReplay(COLUMNS, 64 * N_ENVS, n_envs=N_ENVS, next_of={"next_obs": "obs"}, seed=1)
+    rep = StoreReplay(COLUMNS, 64 * N_ENVS, n_envs=N_ENVS, next_of={"next_obs": "obs"}, seed=1,
+                      n_step=N_STEP, gamma=GAMMA)  # the draws below read the kept targets
     history: list[list[dict[str, Any]]] = [[] for _ in range(N_ENVS)]  # the script's own record
     rng = np.random.default_rng(2)
     obs = envs.obs()
