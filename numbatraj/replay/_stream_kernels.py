@@ -625,7 +625,8 @@ def nstep_gather_cols_cpu(idx, n, gamma, roff, r64, doff, toff, ring_base, n_dem
 
 #: Terminal bit of a kept n-step code (:func:`nstep_keep_cpu`): the low bits hold ``m``.
 KEPT_TERMINAL = 128
-#: Lanes :func:`nstep_kept_cols_cpu` prefetches ahead of the lane it copies.
+#: Lanes :func:`nstep_kept_cols_cpu` prefetches ahead of the lane it copies (measured on a
+#: first version that read two spans a lane: 16 / 32 / 48 lanes, 114 / 101 / 106 us).
 KEPT_AHEAD = 32
 #: The largest ``n_step`` a replay keeps targets for (``m`` in the code's low 7 bits).
 KEPT_MAX_N = 127
@@ -717,6 +718,11 @@ def nstep_kept_cols_cpu(idx, coff, roff, powers, ring_base, ring_cap, n_envs, re
     column by column (``tab``: offset, bytes, 0; the ``next_*`` outputs read their copies),
     as in :func:`gather_record_cols_cpu`; each lane's lines are prefetched
     :data:`KEPT_AHEAD` lanes ahead.  Returns 0.
+
+    Measured (4096 lanes, ``bench/test_replay.py``'s layout at 10^6 rows, the kernels
+    alone, one process, interleaved): 101 us against 95 us for the plain record gather of
+    the 168-byte records, 128 us for the walk (n=3).  A first version that kept no
+    ``next_*`` copies and read them at the last row (a second span per lane) took 110 us.
     """
     b = idx.shape[0]
     rb = rec.shape[1] * rec.itemsize
