@@ -702,6 +702,22 @@ def nstep_keep_cpu(d_lo, d_hi, r_lo, r_hi, n, gamma, reward, rq, rlow, rstep, do
     return 0
 
 
+@_inline
+def _kept_lane(i, q, x, coff, roff, powers, ring_base, ring_end, ring_cap, n_envs, ret,  # type: ignore[no-untyped-def]
+               disc, last):
+    """Lane ``i``'s kept targets off record ``q`` at address ``x``: ``ret[i]``,
+    ``disc[i]`` (``powers[m]`` or 0 after a terminal), ``last[i] = q + (m - 1) E``
+    (``E``: 1 in the demos) wrapped at the ring's end ``ring_end``."""
+    cb = np.int64(_load_u8(x + coff))
+    m = cb & (KEPT_TERMINAL - 1)
+    lq = q + (m - 1) * (1 if q < ring_base else n_envs)
+    if lq >= ring_end:
+        lq -= ring_cap
+    last[i] = lq
+    ret[i] = _load_f32(x + roff)
+    disc[i] = 0.0 if cb & KEPT_TERMINAL else powers[m]
+
+
 @njit_kernel
 def nstep_kept_cols_cpu(idx, coff, roff, powers, ring_base, ring_cap, n_envs, rec, t_hi,  # type: ignore[no-untyped-def]
                         tab, outs, addrs, block, ret, disc, last):
@@ -738,16 +754,9 @@ def nstep_kept_cols_cpu(idx, coff, roff, powers, ring_base, ring_cap, n_envs, re
             _prefetch_span(base + idx[a] * rb, t_hi)
         if i < 0:
             continue
-        q = idx[i]
-        x = base + q * rb
-        cb = np.int64(_load_u8(x + coff))
-        m = cb & (KEPT_TERMINAL - 1)
-        lq = q + (m - 1) * (1 if q < ring_base else n_envs)
-        if lq >= ring_end:
-            lq -= ring_cap
-        last[i] = lq
-        ret[i] = _load_f32(x + roff)
-        disc[i] = 0.0 if cb & KEPT_TERMINAL else powers[m]
+        x = base + idx[i] * rb
+        _kept_lane(i, idx[i], x, coff, roff, powers, ring_base, ring_end, ring_cap, n_envs,
+                   ret, disc, last)
         j = i % NSTEP_BLOCK
         _move_bytes(blk + j * rb, x, t_hi)
         if j == NSTEP_BLOCK - 1 or i == b - 1:  # the block's lanes out, column by column
@@ -773,16 +782,9 @@ def nstep_kept_targets_cpu(idx, coff, roff, powers, ring_base, ring_cap, n_envs,
             _prefetch_at(base + idx[a] * rb + roff)
         if i < 0:
             continue
-        q = idx[i]
-        x = base + q * rb
-        cb = np.int64(_load_u8(x + coff))
-        m = cb & (KEPT_TERMINAL - 1)
-        lq = q + (m - 1) * (1 if q < ring_base else n_envs)
-        if lq >= ring_end:
-            lq -= ring_cap
-        last[i] = lq
-        ret[i] = _load_f32(x + roff)
-        disc[i] = 0.0 if cb & KEPT_TERMINAL else powers[m]
+        x = base + idx[i] * rb
+        _kept_lane(i, idx[i], x, coff, roff, powers, ring_base, ring_end, ring_cap, n_envs,
+                   ret, disc, last)
     return 0
 
 

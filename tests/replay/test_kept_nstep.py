@@ -41,19 +41,24 @@ def _rows(rng, shape, cols, p_done=0.15, p_trunc=0.1):
     return out
 
 
-@pytest.fixture
-def kept_calls(monkeypatch):
-    """Counts the kept draws (so a test comparing the two paths cannot compare the walk
-    with itself)."""
+def _count_calls(monkeypatch, name: str) -> list[int]:
+    """Counts the calls of the kernel ``name`` the replay makes (so a test comparing the
+    kept and walked paths cannot compare the walk with itself)."""
     calls = [0]
-    real = _buffer._sk.nstep_kept_cols_cpu
+    real = getattr(_buffer._sk, name)
 
     def counted(*args):
         calls[0] += 1
         return real(*args)
 
-    monkeypatch.setattr(_buffer._sk, "nstep_kept_cols_cpu", counted)
+    monkeypatch.setattr(_buffer._sk, name, counted)
     return calls
+
+
+@pytest.fixture
+def kept_calls(monkeypatch):
+    """Counts the kept draws (``nstep_kept_cols_cpu``)."""
+    return _count_calls(monkeypatch, "nstep_kept_cols_cpu")
 
 
 CASES = [
@@ -271,14 +276,7 @@ def test_bad_schemas_are_refused():
 def test_next_of_and_frame_stack_draws_read_the_kept_targets(monkeypatch, e, depth):
     """With next_of and frame stacks the draw gathers its columns after the targets: those
     come off the records (nstep_kept_targets_cpu) and equal the walk's."""
-    calls = [0]
-    real = _buffer._sk.nstep_kept_targets_cpu
-
-    def counted(*args):
-        calls[0] += 1
-        return real(*args)
-
-    monkeypatch.setattr(_buffer._sk, "nstep_kept_targets_cpu", counted)
+    calls = _count_calls(monkeypatch, "nstep_kept_targets_cpu")
     rng = np.random.default_rng(e * 10 + depth)
     cols = [c for c in _cols() if c.name != "next_obs"]
     kw = dict(n_envs=e, demo_capacity=4, seed=5, next_of={"next_obs": "obs"},
