@@ -442,3 +442,37 @@ def test_gather_refuses_bad_torch_buffers(make, needle, rng):
         col.gather(np.array([1, 2, 3, 4]), out=out)
     if before is not None:
         assert torch.equal(out.detach(), before.detach())  # nothing written
+
+
+def test_reused_out_is_rechecked_on_every_call(rng):
+    """The same ``out`` passed again takes the fast path (its word view kept): each call
+    still equals the reference, and an ``out`` changed in place since the last call (made
+    read-only, reshaped) or indices of another length or dtype get the full checks."""
+    data = make_column(rng, 500, (3, 4), np.float32)
+    col = ResidentColumn(data, "obs")
+    out = np.empty((16, 3, 4), np.float32)
+    for _ in range(5):
+        idx = rng.integers(0, 500, 16)
+        assert col.gather(idx, out=out) is out
+        np.testing.assert_array_equal(out.view(np.uint32), gather_rows_ref(data, idx).view(np.uint32))
+    with pytest.raises(SchemaError, match="out is float32"):
+        col.gather(rng.integers(0, 500, 8), out=out)  # another batch size
+    with pytest.raises(RowIndexError, match="position 3"):
+        col.gather(np.array([0, 1, 2, 500] + [0] * 12), out=out)
+    before = out.copy()
+    out.flags.writeable = False
+    with pytest.raises(SchemaError, match="writeable"):
+        col.gather(rng.integers(0, 500, 16), out=out)
+    np.testing.assert_array_equal(out, before)  # nothing written
+    out.flags.writeable = True
+    out.shape = (16, 12)
+    with pytest.raises(SchemaError, match=r"\(16, 12\)"):
+        col.gather(rng.integers(0, 500, 16), out=out)
+    out.shape = (16, 3, 4)
+    idx = rng.integers(0, 500, 16).astype(np.int32)  # not int64: converted, same result
+    col.gather(idx, out=out)
+    np.testing.assert_array_equal(out, data[idx])
+    other = np.empty_like(out)
+    col.gather(idx, out=other)  # another out replaces the kept one
+    np.testing.assert_array_equal(other, data[idx])
+    np.testing.assert_array_equal(col.gather(idx, out=out), data[idx])
