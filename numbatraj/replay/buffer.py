@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from numbatraj._checks import as_host_values, check_real, host_buffer
+from numbatraj._jit import parallel_call, parallel_threads
 from numbatraj.data.column import ColumnSpec
 from numbatraj.data.index_batch import IndexBatch
 from numbatraj.errors import IntegrityError, SamplerError, SchemaError
@@ -134,6 +135,21 @@ def _view(raw: np.ndarray, shape: tuple[int, ...], dtype: np.dtype, offset: int,
         inner[k - 1] = inner[k] * shape[k + 1]
     return np.ndarray(shape, dtype=dtype, buffer=raw, offset=offset,
                       strides=(row_bytes, *inner))
+
+
+def _wide_gather(words: np.ndarray, idx: np.ndarray, out: np.ndarray,
+                 idx_b: np.ndarray | None = None, out_b: np.ndarray | None = None) -> None:
+    """``out[i] = words[idx[i]]`` (and ``out_b[i] = words[idx_b[i]]`` in the same pass) for
+    a column stored apart: serial by default; on the threads ``numbatraj.set_num_threads(n)``
+    gave once the batch moves :data:`numbatraj._jit.PARALLEL_MIN_BYTES` or more."""
+    if idx_b is None or out_b is None:
+        idx_b, out_b = idx[:0], out[:0]
+    threads = parallel_threads(out.nbytes + out_b.nbytes)
+    if threads > 1 and idx.shape[0] >= 2 * threads:
+        parallel_call(_rk.gather_wide_pair_par_cpu, threads, words, idx, out, words, idx_b,
+                      out_b, threads)
+    else:
+        _rk.gather_wide_pair_cpu(words, idx, out, words, idx_b, out_b)
 
 
 @dataclass(frozen=True)
@@ -762,7 +778,7 @@ class StoreReplay(ReplayFront):
             if q is None:
                 # one column at a time: obs and next_obs lane by lane in one pass
                 # (gather_wide_pair_cpu) measured the same, 486 vs 488 us (load 4)
-                _rk.gather_wide_rows_cpu(self._words[name], idx, out.reshape(b, e).view(wdt))
+                _wide_gather(self._words[name], idx, out.reshape(b, e).view(wdt))
             else:
                 _qk.gather_dequantize_cpu(self._rows2d[name], idx, q.low, q.step,
                                           out.reshape(b, e))
@@ -968,7 +984,7 @@ class StoreReplay(ReplayFront):
             rows = last if name in plan.at_last else idx
             q, e, wdt = self._plan[name]
             if q is None:
-                _rk.gather_wide_rows_cpu(self._words[name], rows, out.reshape(b, e).view(wdt))
+                _wide_gather(self._words[name], rows, out.reshape(b, e).view(wdt))
             else:
                 _qk.gather_dequantize_cpu(self._rows2d[name], rows, q.low, q.step,
                                           out.reshape(b, e))
@@ -1038,12 +1054,12 @@ class StoreReplay(ReplayFront):
         side = self._side
         slots = side.slot[rows] if side is not None else np.full(b, -1, np.int64)
         kept = slots >= 0
-        if src_out is not None:
+        if src_out is not None and src_rows is not None:
             e = self._plan[src][1]
             wdt = self._plan[src][2]
             words = self._words[src]
-            _rk.gather_wide_pair_cpu(words, src_rows, src_out.reshape(b, e).view(wdt),
-                                     words, nxt, out.reshape(b, e).view(wdt))
+            _wide_gather(words, src_rows, src_out.reshape(b, e).view(wdt), nxt,
+                         out.reshape(b, e).view(wdt))
         if depth is None:
             if src_out is None:
                 self._gather(nxt, {src: out}, b)

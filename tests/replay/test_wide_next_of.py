@@ -74,3 +74,56 @@ def test_wide_next_of_matches_narrow(n_envs, n_step, depth, prioritized):
                 np.testing.assert_array_equal(a.reshape(-1, W), _wide(b.reshape(-1, 2)))
             for key in set(out_n) - {"obs", "next_obs"}:
                 np.testing.assert_array_equal(out_w[key], out_n[key])
+
+
+@pytest.fixture
+def on_threads(monkeypatch):
+    """``set_num_threads(NUMBA_NUM_THREADS)`` with the parallel threshold at 0 bytes, so the
+    wide gathers take the parallel kernel; yields the list of its calls' part counts."""
+    import numba
+
+    import numbatraj
+    import numbatraj._jit as J
+    from numbatraj.replay import _ring_kernels as rk
+
+    top = int(numba.config.NUMBA_NUM_THREADS)
+    if top < 2:
+        pytest.skip("one Numba thread: no parallel path to take")
+    calls: list[int] = []
+    real = rk.gather_wide_pair_par_cpu
+    monkeypatch.setattr(rk, "gather_wide_pair_par_cpu",
+                        lambda *a: calls.append(a[-1]) or real(*a))
+    monkeypatch.setattr(J, "PARALLEL_MIN_BYTES", 0)
+    numbatraj.set_num_threads(top)
+    try:
+        yield calls
+    finally:
+        numbatraj.set_num_threads(None)
+    assert calls and set(calls) == {top}, "the parallel wide gather did not run"
+
+
+@pytest.mark.parametrize("n_step", [None, 3])
+@pytest.mark.parametrize("depth", [None, 2])
+def test_wide_next_of_on_threads_matches_narrow(on_threads, n_step, depth):
+    """The same draws as above with the wide gathers split over Numba's threads."""
+    test_wide_next_of_matches_narrow(2, n_step, depth, False)
+
+
+def test_wide_stored_columns_on_threads_match_numpy(on_threads):
+    """obs and next_obs stored apart, gathered on threads: equal to indexing what was added."""
+    cols = [ColumnSpec("obs", np.uint8, (3, 20, 20)), ColumnSpec("next_obs", np.uint8, (3, 20, 20)),
+            ColumnSpec("reward", np.float32, ())]
+    rep = StoreReplay(cols, 64, seed=1)
+    assert {"obs", "next_obs"} <= set(rep._wide)
+    rng = np.random.default_rng(0)
+    obs = rng.integers(0, 256, (90, 3, 20, 20), dtype=np.uint8)
+    nxt = rng.integers(0, 256, (90, 3, 20, 20), dtype=np.uint8)
+    rew = rng.standard_normal(90).astype(np.float32)
+    rep.add(obs=obs, next_obs=nxt, reward=rew)  # wraps: rows 26.. of the batch are kept
+    held = {"obs": obs[26:], "next_obs": nxt[26:], "reward": rew[26:]}
+    order = rep.time_order()  # physical rows, oldest first
+    for b in (4, 5, 33):
+        out, batch = rep.sample(b)
+        logical = np.argsort(order)[batch.indices]
+        for k, v in held.items():
+            np.testing.assert_array_equal(out[k], v[logical])
