@@ -330,19 +330,36 @@ def _pix_next_of_replay() -> StoreReplay:
     return rep
 
 
+@pytest.mark.parametrize("cores", [False, True], ids=["default", "set_num_threads"])
 @pytest.mark.parametrize("into", [False, True], ids=["sample", "sample_into"])
 @pytest.mark.parametrize("next_of", [False, True], ids=["stored", "next_of"])
-def test_pix_sample_numbatraj(benchmark, ratios, next_of, into):
-    """obs and next_obs stored, or obs with ``next_of``; ``sample`` or ``sample_into``."""
+def test_pix_sample_numbatraj(benchmark, ratios, next_of, into, cores):
+    """obs and next_obs stored, or obs with ``next_of``; ``sample`` or ``sample_into``; the
+    default (serial) or after ``numbatraj.set_num_threads(NUMBA_NUM_THREADS)`` (the user
+    says the cores are free: the wide gathers run on every thread)."""
+    import numba
+
+    import numbatraj
+
+    top = int(numba.config.NUMBA_NUM_THREADS)
+    if cores and top < 2:
+        pytest.skip("one Numba thread (NUMBA_NUM_THREADS=1): nothing to run in parallel")
     rep = _pix_next_of_replay() if next_of else _pix_replay()
     if into:
         outs = {c.name: np.empty((PIX_BATCH, *c.shape), c.dtype) for c in _pix_columns()}
         draw = lambda: rep.sample_into(outs, PIX_BATCH)  # noqa: E731
     else:
         draw = lambda: rep.sample(PIX_BATCH)  # noqa: E731
-    draw()
-    benchmark(draw)
+    if cores:
+        numbatraj.set_num_threads(top)
+    try:
+        draw()
+        benchmark(draw)
+    finally:
+        numbatraj.set_num_threads(None)
     name = f"StoreReplay{'(next_of)' if next_of else ''}.{'sample_into' if into else 'sample'}"
+    if cores:
+        name += f", set_num_threads({top})"
     for g in (G_PIX, G_PIX_TAKE):
         ratios.record(g, name, benchmark, items=PIX_BATCH)
 
