@@ -23,6 +23,7 @@ import ctypes
 import os
 import sys
 import threading
+import time
 import types
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -33,6 +34,9 @@ __all__ = [
     "CONCURRENT_PARALLEL_OK",
     "PARALLEL_LOCK",
     "device_twin",
+    "auto_verdicts",
+    "free_cores",
+    "note_time",
     "njit_kernel",
     "njit_parallel",
     "parallel_call",
@@ -94,15 +98,18 @@ _explicit: int | None = None  # the n of the last set_num_threads(n), None until
 def set_num_threads(n: int | None) -> None:
     """Threads numbatraj's host kernels may use (and ``numba.set_num_threads(n)``).
 
-    By default (and after ``set_num_threads(None)`` or ``set_num_threads(1)``) every host
-    kernel runs on the calling thread.  Measured: a gather is bound by memory latency and one
-    thread with prefetching runs at 0.1-0.6x ``np.take``'s time, while a parallel region
-    made 4096 pixel rows 1.5-1.8x slower than the serial kernel on a shared 2-core machine
-    (a woken worker waits for a busy core; docs/residency.md, "Threads").
-    ``set_num_threads(n)`` with ``n > 1`` says the cores are yours: batches of at least
-    :data:`PARALLEL_MIN_BYTES` then run on ``n`` threads (``ResidentColumn.gather`` and the
-    gathers of a ``StoreReplay``'s columns stored apart, such as pixel observations: 256
-    3x84x84 ``next_of`` pairs 1.6x faster on two idle cores of an Intel VM).  ``n`` is at most
+    By default (and after ``set_num_threads(None)``) the host kernels run on the calling
+    thread, except the memory-bound gathers (``ResidentColumn.gather``, the gathers of a
+    ``StoreReplay``'s columns stored apart, such as pixel observations) of at least
+    :data:`PARALLEL_MIN_BYTES`: those also take every core that is free at the moment of the
+    call (:func:`free_cores`, read from the run queue each time), so on a busy machine they
+    stay serial.  Measured on a 2-core Intel VM: 256 3x84x84 ``next_of`` pairs 1.0-1.06 ms
+    with both cores free against 1.6 ms serial; with a busy loop per core plus one, never
+    parallel.  A parallel region started while a core is busy waits for it: 4096 pixel
+    rows ran 1.5-1.8x slower than the serial kernel that way (docs/residency.md, "Threads").
+    ``set_num_threads(1)`` keeps every kernel serial.  ``set_num_threads(n)`` with ``n > 1``
+    says the cores are yours: batches of at least :data:`PARALLEL_MIN_BYTES` then run on
+    ``n`` threads whatever the load (the store digests too).  ``n`` is at most
     ``NUMBA_NUM_THREADS``; like Numba's, the count is per calling thread.
 
     Raises
@@ -124,11 +131,106 @@ def set_num_threads(n: int | None) -> None:
     _explicit = n
 
 
-def parallel_threads(nbytes: int) -> int:
-    """Threads a host kernel moving ``nbytes`` should use; 1 means the serial kernel."""
-    if _explicit is None or _explicit <= 1 or nbytes < PARALLEL_MIN_BYTES:
+def parallel_threads(nbytes: int, *, auto: str | None = None) -> int:
+    """Threads a host kernel moving ``nbytes`` should use; 1 means the serial kernel.
+
+    After ``set_num_threads(n > 1)``: ``n`` (at most Numba's count) from
+    :data:`PARALLEL_MIN_BYTES` up.  By default: 1, except for a caller naming its kernel in
+    ``auto`` (the memory-bound gathers): from :data:`PARALLEL_MIN_BYTES` up, one thread per
+    core that is free right now (:func:`free_cores`), once this process has measured that
+    kernel faster on threads than alone (:func:`note_time`); a busy machine, or one where
+    the threads did not win, keeps the serial kernel.
+    """
+    if nbytes < PARALLEL_MIN_BYTES:
         return 1
-    return max(min(_explicit, int(numba.get_num_threads())), 1)
+    top = int(numba.get_num_threads())
+    if _explicit is None:
+        if auto is None or top <= 1:
+            return 1
+        verdict = _verdict.get(auto)
+        if verdict is False:
+            return 1
+        threads = max(min(top, 1 + free_cores()), 1)
+        if verdict is None and threads > 1:
+            t = _trials.setdefault(auto, ([], []))
+            if len(t[1]) > len(t[0]):  # calibrating: serial and threaded calls in turn
+                return 1
+        return threads
+    if _explicit <= 1:
+        return 1
+    return max(min(_explicit, top), 1)
+
+
+#: Calls of each kind timed per side before an auto kernel's verdict (the first of each
+#: side is dropped: a cold start), and how much faster per byte the threads must be.
+AUTO_TRIALS = 5
+AUTO_MIN_GAIN = 1.15
+_verdict: dict[str, bool] = {}  # kind -> the threaded kernel won on this machine
+_trials: dict[str, tuple[list[float], list[float]]] = {}  # kind -> (serial, threaded) s/byte
+
+
+def note_time(kind: str, threads: int, seconds: float, nbytes: int) -> None:
+    """Report an auto kernel's call (``threads`` as :func:`parallel_threads` gave it) while
+    its verdict is open: after :data:`AUTO_TRIALS` calls of each side, the threaded kernel
+    is kept for the process if its median time per byte beat the serial one's by
+    :data:`AUTO_MIN_GAIN`, else dropped for good."""
+    if kind in _verdict or nbytes < PARALLEL_MIN_BYTES or _explicit is not None:
+        return
+    t = _trials.setdefault(kind, ([], []))
+    if threads > 1:
+        if len(t[1]) <= len(t[0]):
+            t[1].append(seconds / nbytes)
+    elif len(t[1]) > len(t[0]):  # a serial turn of the calibration
+        t[0].append(seconds / nbytes)
+    if len(t[0]) >= AUTO_TRIALS and len(t[1]) >= AUTO_TRIALS:
+        ser = sorted(t[0][1:])[len(t[0][1:]) // 2]
+        par = sorted(t[1][1:])[len(t[1][1:]) // 2]
+        _verdict[kind] = par * AUTO_MIN_GAIN <= ser
+
+
+def auto_verdicts() -> dict[str, bool]:
+    """The verdicts reached so far, kind -> threads kept (for reports and tests)."""
+    return dict(_verdict)
+
+
+_LOADAVG_FD: int | None = None
+#: How long Numba's worker threads stay runnable after a parallel region ends (TBB's workers
+#: spin before they sleep): measured 954-956 us on this 2-core VM, three trials; twice that.
+_WORKER_SPIN_S = 0.002
+#: when the last :func:`parallel_call` ended, and on how many threads
+_last_region: list[float] = [float("-inf"), 1.0]
+_CORES = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+          else (os.cpu_count() or 1))
+
+
+def _running_now() -> int | None:
+    """Runnable tasks on the machine now (``/proc/loadavg``'s fourth field), or None."""
+    global _LOADAVG_FD
+    try:
+        if _LOADAVG_FD is None:
+            _LOADAVG_FD = os.open("/proc/loadavg", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        return int(os.pread(_LOADAVG_FD, 128, 0).split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def free_cores() -> int:
+    """Cores of this process's affinity set that no runnable task holds right now, besides
+    the caller's: ``cores - running`` from ``/proc/loadavg`` (its fourth field counts every
+    runnable task of the machine at the moment of the read, the caller included), read
+    each call (about 1.7 us).  0 where there is no ``/proc/loadavg``.
+
+    The same idea as GNU OpenMP's dynamic teams (``OMP_DYNAMIC``), which size a team by the
+    load average; the instantaneous count follows a busy loop started a moment ago, the
+    one-minute average does not.  Tasks of other virtual machines on the same host are not
+    counted (the guest cannot see them).
+    """
+    running = _running_now()
+    if running is None:
+        return 0
+    if time.monotonic() - _last_region[0] < _WORKER_SPIN_S:
+        running -= int(_last_region[1]) - 1  # our own workers, still spinning after it
+    return max(_CORES - running, 0)
 
 
 @contextlib.contextmanager
@@ -152,5 +254,7 @@ def parallel_call(kernel: Callable[..., Any], threads: int, *args: Any) -> Any:
         with parallel_region():
             return kernel(*args)
     finally:
+        _last_region[0] = time.monotonic()
+        _last_region[1] = threads
         if threads != before:
             numba.set_num_threads(before)

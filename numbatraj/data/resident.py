@@ -8,14 +8,14 @@ same on the GPU from a lazily made device mirror.  Device code is imported on fi
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
-import numba
 import numpy as np
 
 from numbatraj._checks import host_buffer
 from numbatraj._cuda import is_device_array
-from numbatraj._jit import parallel_region, parallel_threads
+from numbatraj._jit import note_time, parallel_call, parallel_threads
 from numbatraj.data.index_batch import IndexBatch
 from numbatraj.errors import RowIndexError, SchemaError
 
@@ -143,13 +143,17 @@ def gather_words(
     if words.shape[1] == 0:
         pos = int(k.first_outside_cpu(idx, lo, hi))
     else:
-        threads = parallel_threads(out_words.nbytes)
+        nbytes = out_words.nbytes
+        threads = parallel_threads(nbytes, auto="column gather")
+        t0 = time.perf_counter()
         if threads == 1:
             pos = int(k.checked_gather_cpu(words, idx, base, lo, hi, out_words))
         else:
             pos = int(k.first_outside_cpu(idx, lo, hi))
             if pos < 0:
                 _parallel_gather(k, words, idx, base, out_words, threads)
+        if pos < 0:
+            note_time("column gather", threads, time.perf_counter() - t0, nbytes)
     if pos >= 0:
         raise_outside(what, shape, pos, int(idx[pos]), lo, hi, hint)
 
@@ -157,15 +161,7 @@ def gather_words(
 def _parallel_gather(k: Any, words: np.ndarray, idx: np.ndarray, base: int,
                      out_words: np.ndarray, threads: int) -> None:
     """The parallel kernel on exactly ``threads`` of Numba's threads (restored afterwards)."""
-    before = numba.get_num_threads()
-    if threads != before:
-        numba.set_num_threads(threads)
-    try:
-        with parallel_region():
-            k.gather_rows_cpu(words, idx, base, out_words, threads)
-    finally:
-        if threads != before:
-            numba.set_num_threads(before)
+    parallel_call(k.gather_rows_cpu, threads, words, idx, base, out_words, threads)
 
 
 _WORDS: dict[int, np.dtype] = {}

@@ -7,6 +7,7 @@ row, and the sampler that owns the population and its random streams.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from numbatraj._checks import as_host_values, check_real, host_buffer
-from numbatraj._jit import parallel_call, parallel_threads
+from numbatraj._jit import note_time, parallel_call, parallel_threads
 from numbatraj.data.column import ColumnSpec
 from numbatraj.data.index_batch import IndexBatch
 from numbatraj.errors import IntegrityError, SamplerError, SchemaError
@@ -140,16 +141,22 @@ def _view(raw: np.ndarray, shape: tuple[int, ...], dtype: np.dtype, offset: int,
 def _wide_gather(words: np.ndarray, idx: np.ndarray, out: np.ndarray,
                  idx_b: np.ndarray | None = None, out_b: np.ndarray | None = None) -> None:
     """``out[i] = words[idx[i]]`` (and ``out_b[i] = words[idx_b[i]]`` in the same pass) for
-    a column stored apart: serial by default; on the threads ``numbatraj.set_num_threads(n)``
-    gave once the batch moves :data:`numbatraj._jit.PARALLEL_MIN_BYTES` or more."""
+    a column stored apart, from :data:`numbatraj._jit.PARALLEL_MIN_BYTES` up on the threads
+    :func:`numbatraj._jit.parallel_threads` gives (``set_num_threads(n)``'s, or the free
+    cores once threads measured faster here), else serial."""
     if idx_b is None or out_b is None:
         idx_b, out_b = idx[:0], out[:0]
-    threads = parallel_threads(out.nbytes + out_b.nbytes)
-    if threads > 1 and idx.shape[0] >= 2 * threads:
+    nbytes = out.nbytes + out_b.nbytes
+    threads = parallel_threads(nbytes, auto="replay wide gather")
+    if threads > 1 and idx.shape[0] < 2 * threads:
+        threads = 1
+    t0 = time.perf_counter()
+    if threads > 1:
         parallel_call(_rk.gather_wide_pair_par_cpu, threads, words, idx, out, words, idx_b,
                       out_b, threads)
     else:
         _rk.gather_wide_pair_cpu(words, idx, out, words, idx_b, out_b)
+    note_time("replay wide gather", threads, time.perf_counter() - t0, nbytes)
 
 
 @dataclass(frozen=True)

@@ -397,6 +397,116 @@ def test_set_num_threads_policy(monkeypatch):
 
 
 
+
+def test_auto_policy_follows_the_free_cores(monkeypatch, rng):
+    """The default's memory-bound gathers take ``1 + free_cores()`` threads (at most
+    Numba's), from PARALLEL_MIN_BYTES up; our own workers spinning after a region do not
+    count as load; ``set_num_threads(1)`` and a non-auto caller stay serial."""
+    import time
+
+    import numbatraj
+    import numbatraj._jit as J
+
+    top = int(numba.get_num_threads())
+    numbatraj.set_num_threads(None)
+    monkeypatch.setattr(J, "_CORES", 4)
+    monkeypatch.setattr(J, "_last_region", [float("-inf"), 1.0])
+    monkeypatch.setattr(J, "_verdict", {"k": True})  # threads won for kind "k"
+    for running in (1, 2, 3, 4, 9):
+        monkeypatch.setattr(J, "_running_now", lambda r=running: r)
+        free = max(4 - running, 0)
+        assert J.free_cores() == free
+        assert J.parallel_threads(1 << 30, auto="k") == min(top, 1 + free)
+        assert J.parallel_threads(J.PARALLEL_MIN_BYTES - 1, auto="k") == 1
+        assert J.parallel_threads(1 << 30) == 1  # not an auto caller: the digests, say
+    monkeypatch.setattr(J, "_running_now", lambda: 3)
+    monkeypatch.setattr(J, "_last_region", [time.monotonic(), 2.0])
+    assert J.free_cores() == 2  # one of the 3 is our worker, spinning after the region
+    monkeypatch.setattr(J, "_last_region", [time.monotonic() - 1.0, 2.0])
+    assert J.free_cores() == 1  # long after: all 3 are load
+    monkeypatch.setattr(J, "_running_now", lambda: None)
+    assert J.free_cores() == 0  # no /proc/loadavg: serial
+    monkeypatch.setattr(J, "_running_now", lambda: 1)
+    try:
+        numbatraj.set_num_threads(1)
+        assert J.parallel_threads(1 << 30, auto="k") == 1
+    finally:
+        numbatraj.set_num_threads(None)
+    if top < 2:
+        return
+    # a gather by default, cores free, threads measured faster: the parallel kernel
+    monkeypatch.setattr(J, "PARALLEL_MIN_BYTES", 0)
+    monkeypatch.setattr(J, "_verdict", {"column gather": True})
+    calls = []
+    real = K.gather_rows_cpu
+    monkeypatch.setattr(K, "gather_rows_cpu", lambda *a: calls.append(a[-1]) or real(*a))
+    data = make_column(rng, 3000, (26,), np.float32)
+    idx = rng.integers(0, 3000, 4096)
+    assert same_bits(ResidentColumn(data).gather(idx), gather_rows_ref(data, idx))
+    assert calls == [top]
+
+
+@pytest.mark.parametrize("threads_win", [True, False])
+def test_auto_calibration_keeps_threads_only_where_they_win(monkeypatch, threads_win):
+    """While a kind's verdict is open its calls alternate threaded and serial; after
+    AUTO_TRIALS of each the threads stay (median time per byte AUTO_MIN_GAIN faster) or go
+    for good; a serial call on a busy machine is not taken as a trial."""
+    import numbatraj
+    import numbatraj._jit as J
+
+    numbatraj.set_num_threads(None)
+    monkeypatch.setattr(J, "_verdict", {})
+    monkeypatch.setattr(J, "_trials", {})
+    monkeypatch.setattr(J, "_CORES", 2)
+    monkeypatch.setattr(J, "_last_region", [float("-inf"), 1.0])
+    monkeypatch.setattr(numba, "get_num_threads", lambda: 2)
+    nb = J.PARALLEL_MIN_BYTES
+    monkeypatch.setattr(J, "_running_now", lambda: 2)  # busy: serial, no trial
+    assert J.parallel_threads(nb, auto="x") == 1
+    J.note_time("x", 1, 1.0, nb)
+    assert J._trials["x"] == ([], [])
+    monkeypatch.setattr(J, "_running_now", lambda: 1)  # idle from here
+    got = []
+    for _ in range(2 * J.AUTO_TRIALS):
+        th = J.parallel_threads(nb, auto="x")
+        got.append(th)
+        fast = (th > 1) == threads_win
+        J.note_time("x", th, 0.5 if fast else 1.0, nb)
+    assert got == [2, 1] * J.AUTO_TRIALS
+    assert J.auto_verdicts() == {"x": threads_win}
+    assert {J.parallel_threads(nb, auto="x") for _ in range(5)} == {2 if threads_win else 1}
+    J.note_time("x", 1, 9.0, nb)  # after the verdict: ignored
+    assert J.auto_verdicts() == {"x": threads_win}
+
+
+def test_free_cores_sees_busy_processes():
+    """With a busy loop per core plus one running, the run queue leaves no core free, so
+    the default gathers stay serial."""
+    import time
+
+    import numbatraj._jit as J
+
+    if J._running_now() is None:
+        pytest.skip("no /proc/loadavg")
+    n = J._CORES + 1
+    code = "import time\nt = time.monotonic() + 20\nwhile time.monotonic() < t:\n    pass\n"
+    procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(n)]
+    try:
+        deadline = time.monotonic() + 15
+        seen = []
+        while time.monotonic() < deadline:
+            seen.append(J.free_cores())
+            if len(seen) >= 50 and all(v == 0 for v in seen[-50:]):
+                break
+            time.sleep(0.01)
+        assert seen[-50:] == [0] * 50, seen[-50:]
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()
+
+
 # ------------------------------------------------------------------ caller buffers: torch, DLPack
 def test_gather_writes_into_torch_and_dlpack_buffers(rng):
     torch = pytest.importorskip("torch", reason="torch is not installed (numbatraj[torch])")
