@@ -352,8 +352,9 @@ class ResidentColumn:
                 and out.flags.writeable):
             # the same out as last time, unchanged (same object, shape, strides, dtype; a
             # view of it is held, so its memory cannot move), 1-D int64 indices: the word
-            # view is reused and the checks are the ones above.  Measured: 32 rows of 26
-            # float32, 3.4 -> ~2 us a call (issue 14: within 2 us of np.take under load).
+            # view is reused and the checks are the ones above.  Measured (32 random rows of
+            # 10 M x 26 float32, Intel VM, 3,001 interleaved rounds): +2.0 us over
+            # np.take(out=) before, +0.7 us after (issue 14: within 2 us under load).
             gather_words(self._words, idx, last[1], 0, 0, self._data.shape[0],
                          f"gather from column {self.name!r}", idx.shape)
             return out
