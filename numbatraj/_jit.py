@@ -35,6 +35,7 @@ __all__ = [
     "PARALLEL_LOCK",
     "device_twin",
     "auto_verdicts",
+    "calibrating",
     "free_cores",
     "note_time",
     "njit_kernel",
@@ -174,7 +175,7 @@ def note_time(kind: str, threads: int, seconds: float, nbytes: int) -> None:
     its verdict is open: after :data:`AUTO_TRIALS` calls of each side, the threaded kernel
     is kept for the process if its median time per byte beat the serial one's by
     :data:`AUTO_MIN_GAIN`, else dropped for good."""
-    if kind in _verdict or nbytes < PARALLEL_MIN_BYTES or _explicit is not None:
+    if not calibrating(kind, nbytes):
         return
     t = _trials.setdefault(kind, ([], []))
     if threads > 1:
@@ -186,6 +187,13 @@ def note_time(kind: str, threads: int, seconds: float, nbytes: int) -> None:
         ser = sorted(t[0][1:])[len(t[0][1:]) // 2]
         par = sorted(t[1][1:])[len(t[1][1:]) // 2]
         _verdict[kind] = par * AUTO_MIN_GAIN <= ser
+
+
+def calibrating(kind: str, nbytes: int) -> bool:
+    """Whether a call of auto kernel ``kind`` moving ``nbytes`` is one :func:`note_time`
+    wants timed (its verdict open, the batch large enough, no explicit thread count): the
+    callers skip the clock otherwise, so a small gather pays nothing for the policy."""
+    return nbytes >= PARALLEL_MIN_BYTES and _explicit is None and kind not in _verdict
 
 
 def auto_verdicts() -> dict[str, bool]:

@@ -15,7 +15,7 @@ import numpy as np
 
 from numbatraj._checks import host_buffer
 from numbatraj._cuda import is_device_array
-from numbatraj._jit import note_time, parallel_call, parallel_threads
+from numbatraj._jit import calibrating, note_time, parallel_call, parallel_threads
 from numbatraj.data.index_batch import IndexBatch
 from numbatraj.errors import RowIndexError, SchemaError
 
@@ -145,23 +145,18 @@ def gather_words(
     else:
         nbytes = out_words.nbytes
         threads = parallel_threads(nbytes, auto="column gather")
-        t0 = time.perf_counter()
+        timed = calibrating("column gather", nbytes)
+        t0 = time.perf_counter() if timed else 0.0
         if threads == 1:
             pos = int(k.checked_gather_cpu(words, idx, base, lo, hi, out_words))
         else:
             pos = int(k.first_outside_cpu(idx, lo, hi))
             if pos < 0:
-                _parallel_gather(k, words, idx, base, out_words, threads)
-        if pos < 0:
+                parallel_call(k.gather_rows_cpu, threads, words, idx, base, out_words, threads)
+        if timed and pos < 0:
             note_time("column gather", threads, time.perf_counter() - t0, nbytes)
     if pos >= 0:
         raise_outside(what, shape, pos, int(idx[pos]), lo, hi, hint)
-
-
-def _parallel_gather(k: Any, words: np.ndarray, idx: np.ndarray, base: int,
-                     out_words: np.ndarray, threads: int) -> None:
-    """The parallel kernel on exactly ``threads`` of Numba's threads (restored afterwards)."""
-    parallel_call(k.gather_rows_cpu, threads, words, idx, base, out_words, threads)
 
 
 _WORDS: dict[int, np.dtype] = {}

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from numbatraj._checks import as_host_values, check_real, host_buffer
-from numbatraj._jit import note_time, parallel_call, parallel_threads
+from numbatraj._jit import calibrating, note_time, parallel_call, parallel_threads
 from numbatraj.data.column import ColumnSpec
 from numbatraj.data.index_batch import IndexBatch
 from numbatraj.errors import IntegrityError, SamplerError, SchemaError
@@ -150,13 +150,15 @@ def _wide_gather(words: np.ndarray, idx: np.ndarray, out: np.ndarray,
     threads = parallel_threads(nbytes, auto="replay wide gather")
     if threads > 1 and idx.shape[0] < 2 * threads:
         threads = 1
-    t0 = time.perf_counter()
+    timed = calibrating("replay wide gather", nbytes)
+    t0 = time.perf_counter() if timed else 0.0
     if threads > 1:
         parallel_call(_rk.gather_wide_pair_par_cpu, threads, words, idx, out, words, idx_b,
                       out_b, threads)
     else:
         _rk.gather_wide_pair_cpu(words, idx, out, words, idx_b, out_b)
-    note_time("replay wide gather", threads, time.perf_counter() - t0, nbytes)
+    if timed:
+        note_time("replay wide gather", threads, time.perf_counter() - t0, nbytes)
 
 
 @dataclass(frozen=True)

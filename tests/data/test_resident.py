@@ -466,6 +466,7 @@ def test_auto_calibration_keeps_threads_only_where_they_win(monkeypatch, threads
     J.note_time("x", 1, 1.0, nb)
     assert J._trials["x"] == ([], [])
     monkeypatch.setattr(J, "_running_now", lambda: 1)  # idle from here
+    assert J.calibrating("x", nb) and not J.calibrating("x", nb - 1)
     got = []
     for _ in range(2 * J.AUTO_TRIALS):
         th = J.parallel_threads(nb, auto="x")
@@ -474,6 +475,7 @@ def test_auto_calibration_keeps_threads_only_where_they_win(monkeypatch, threads
         J.note_time("x", th, 0.5 if fast else 1.0, nb)
     assert got == [2, 1] * J.AUTO_TRIALS
     assert J.auto_verdicts() == {"x": threads_win}
+    assert not J.calibrating("x", nb)  # decided: the callers stop timing
     assert {J.parallel_threads(nb, auto="x") for _ in range(5)} == {2 if threads_win else 1}
     J.note_time("x", 1, 9.0, nb)  # after the verdict: ignored
     assert J.auto_verdicts() == {"x": threads_win}
