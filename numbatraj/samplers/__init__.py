@@ -7,7 +7,7 @@ state) and has ``state_dict()`` / ``load_state_dict()`` to resume that stream ex
 """
 
 from numbatraj.samplers.device import UniformDeviceSampler, philox4x32_10
-from numbatraj.samplers.prioritized import PrioritizedSampler
+from numbatraj.samplers.prioritized import PrioritizedSampler, PrioritizedTree
 from numbatraj.samplers.sequence import SequenceWindowSampler
 from numbatraj.samplers.sumtree import SumTree
 from numbatraj.samplers.uniform import UniformSampler
@@ -15,6 +15,7 @@ from numbatraj.samplers.window import WindowSampler
 
 __all__ = [
     "PrioritizedSampler",
+    "PrioritizedTree",
     "SequenceWindowSampler",
     "SumTree",
     "UniformDeviceSampler",

@@ -26,10 +26,11 @@ from numbatraj._checks import (
 )
 from numbatraj.data.index_batch import IndexBatch
 from numbatraj.errors import RowIndexError, SamplerError
+from numbatraj.samplers import _blocked_kernels as B
 from numbatraj.samplers import _sumtree_kernels as K
 from numbatraj.samplers.sumtree import SumTree, check_rows, check_values
 
-__all__ = ["PrioritizedSampler"]
+__all__ = ["PrioritizedSampler", "PrioritizedTree"]
 
 
 _I64 = np.dtype(np.int64)
@@ -55,6 +56,74 @@ def _check_outputs(indices: Any, weights: Any, stamps: Any) -> int:
     if b < 1:
         check_count("batch_size", b)
     return b
+
+
+class PrioritizedTree:
+    """A read-only look at a :class:`PrioritizedSampler`'s sum/min tree.
+
+    The sampler keeps its tree with one cache line per three levels
+    (``_blocked_kernels``): only every third level is stored, the two between recomputed
+    from it, so a descent or an update at ``2**24`` rows reads eight lines instead of about
+    twenty.  The node values are those of a :class:`SumTree` over the same leaves, bit for
+    bit.  :attr:`total`, :attr:`min` and :attr:`leaves` read the live tree;
+    :attr:`sums` and :attr:`mins` build the level-by-level arrays (``(2P,)``, node ``n`` at
+    ``n``) afresh on every access, and :meth:`snapshot` a whole :class:`SumTree`: copies,
+    ``O(P)``, whose writes do not reach the sampler.
+    """
+
+    def __init__(self, sampler: PrioritizedSampler) -> None:
+        self._s = sampler
+
+    @property
+    def capacity(self) -> int:
+        return self._s._capacity
+
+    @property
+    def n_leaves_padded(self) -> int:
+        """``P``: the power of two the tree is laid out for."""
+        return self._s._p
+
+    @property
+    def total(self) -> float:
+        """Sum of all leaves (the root)."""
+        return float(self._s._sums[1])
+
+    @property
+    def min(self) -> float:
+        """Smallest leaf that was set (+inf when none was)."""
+        return float(self._s._mins[1])
+
+    @property
+    def leaves(self) -> np.ndarray:
+        """Read-only float64 view of the ``capacity`` leaves (live: it follows updates)."""
+        return self._s._leaf_view
+
+    def _binary(self, t: np.ndarray, is_min: bool) -> np.ndarray:
+        s = self._s
+        out = np.zeros(2 * s._p) if not is_min else np.full(2 * s._p, np.inf)
+        B.to_binary(t, s._p, s._r0, s._nb, is_min, out)
+        return out
+
+    @property
+    def sums(self) -> np.ndarray:
+        """The subtree sums as :attr:`SumTree.sums` lays them out (a new array)."""
+        return self._binary(self._s._sums, False)
+
+    @property
+    def mins(self) -> np.ndarray:
+        """The subtree minima as :attr:`SumTree.mins` lays them out (a new array)."""
+        return self._binary(self._s._mins, True)
+
+    def snapshot(self) -> SumTree:
+        """A :class:`SumTree` holding the same nodes (a copy)."""
+        t = SumTree(self._s._capacity)
+        t.sums[:] = self.sums
+        t.mins[:] = self.mins
+        return t
+
+    def __repr__(self) -> str:
+        return (f"PrioritizedTree(capacity={self.capacity}, total={self.total:g}, "
+                f"min={self.min:g})")
 
 
 class PrioritizedSampler:
@@ -90,8 +159,19 @@ class PrioritizedSampler:
         eps: float = 1e-6,
         seed: int = 0,
     ) -> None:
-        self._tree = SumTree(capacity)
-        self._capacity = self._tree.capacity
+        self._capacity = check_count("capacity", capacity)
+        p = 1
+        while p < self._capacity:
+            p *= 2
+        self._p = p
+        self._r0, self._nb, size = B.layout(p)
+        #: the sums and minima, one cache line per three levels (``_blocked_kernels``)
+        self._sums = B.new_tree(size, 0.0)
+        self._mins = B.new_tree(size, np.inf)
+        lo = int(B.leaf_slot(0, p, self._r0, self._nb))
+        self._leaf_lo = lo
+        self._leaf_view = self._sums[lo : lo + self._capacity]
+        self._leaf_view.flags.writeable = False
         self._alpha = check_real("alpha", alpha, 0.0, False)
         self._beta = check_real("beta", beta, 0.0, False)
         self._eps = check_real("eps", eps, 0.0, True)
@@ -141,9 +221,10 @@ class PrioritizedSampler:
         return self._max_priority
 
     @property
-    def tree(self) -> SumTree:
-        """The sum/min tree; leaf ``i`` holds ``(priority_i + eps) ** alpha``."""
-        return self._tree
+    def tree(self) -> PrioritizedTree:
+        """The sum/min tree (a read-only :class:`PrioritizedTree`); leaf ``i`` holds
+        ``(priority_i + eps) ** alpha``."""
+        return PrioritizedTree(self)
 
     def generation(self, rows: Any, out: np.ndarray | None = None) -> np.ndarray:
         """Current generation stamp of each row (int64, shape of ``rows``); into ``out``
@@ -172,18 +253,9 @@ class PrioritizedSampler:
         """
         rows = check_rows("indices", indices, self._capacity)
         value = self._max_priority**self._alpha
-        t = self._tree
         self._n_present += int(
-            K._add_rows_cpu(
-                t.sums,
-                t.mins,
-                t.n_leaves_padded,
-                self._stamps,
-                self._present,
-                rows,
-                value,
-                np.empty(rows.shape[0], dtype=np.int64),
-            )
+            B.add_rows(self._sums, self._mins, self._p, self._r0, self._nb, self._stamps,
+                       self._present, rows, value, np.empty(rows.shape[0], dtype=np.int64))
         )
 
     def update_priorities(self, indices: Any, priorities: Any, stamps: Any = None) -> int:
@@ -226,27 +298,14 @@ class PrioritizedSampler:
             st = np.ascontiguousarray(st, dtype=np.int64)
         else:
             st = self._no_stamps
-        t = self._tree
         k = rows.shape[0]
         if self._nodes.shape[0] < k:
             self._nodes = np.empty(k, dtype=np.int64)
         maxp = self._maxp
         maxp[0] = self._max_priority
         skipped = int(
-            K._update_rows_cpu(
-                t.sums,
-                t.mins,
-                t.n_leaves_padded,
-                self._stamps,
-                rows,
-                pr,
-                self._eps,
-                self._alpha,
-                st,
-                check,
-                self._nodes[:k],
-                maxp,
-            )
+            B.update_rows(self._sums, self._mins, self._p, self._r0, self._nb, self._stamps,
+                          rows, pr, self._eps, self._alpha, st, check, self._nodes[:k], maxp)
         )
         self._max_priority = float(maxp[0])
         return skipped
@@ -321,41 +380,36 @@ class PrioritizedSampler:
                 f"row ranges [{lo0}, {hi0}) and [{lo1}, {hi1}) must lie in [0, {c}), the "
                 f"first non-empty"
             )
-        t = self._tree
-        if self._n_present == 0 or not t.sums[1] > 0.0:
+        if self._n_present == 0 or not self._sums[1] > 0.0:
             raise SamplerError("cannot sample: no row has been added (call note_added first)")
         u, scratch = self._scratch(indices.shape[0])
         self._range_gen.random(out=u)
-        K._sample_ranges_cpu(t.sums, t.mins, t.n_leaves_padded, u, self._beta, lo0, hi0,
-                             lo1, hi1, indices, weights, scratch)
+        B.sample_ranges(self._sums, self._mins, self._p, self._r0, self._nb, u, self._beta,
+                        lo0, hi0, lo1, hi1, indices, weights, scratch)
         np.take(self._stamps, indices, out=stamps, mode="clip")  # leaves are in range
 
     def _draw(self, leaves: np.ndarray, weights: np.ndarray, stamps: np.ndarray) -> None:
-        t = self._tree
-        if self._n_present == 0 or not t.sums[1] > 0.0:
+        if self._n_present == 0 or not self._sums[1] > 0.0:
             raise SamplerError("cannot sample: no row has been added (call note_added first)")
         u, scratch = self._scratch(leaves.shape[0])
         self._gen.random(out=u)
-        K._sample_prioritized_cpu(
-            t.sums, t.n_leaves_padded, self._stamps, u, leaves, stamps, scratch
-        )
+        B.sample(self._sums, self._p, self._r0, self._nb, self._stamps, u, leaves, stamps,
+                 scratch)
         # w_i = (N P(i))**-beta / max_j w_j = (leaf_i / min_leaf)**-beta (N and the total
         # cancel; the largest weight is the smallest leaf's, the min-tree root)
         w = scratch[0]
-        np.divide(scratch[1], t.mins[1], out=w)
+        np.divide(scratch[1], self._mins[1], out=w)
         np.power(w, -self._beta, out=w)
         np.copyto(weights, w, casting="same_kind")
 
     def probabilities(self) -> np.ndarray:
         """``P(i)`` of every row (float64, ``(capacity,)``); 0 for rows never added."""
-        leaves = self._tree.leaves
+        leaves = self._leaf_view
         return leaves / leaves.sum() if self._n_present else np.zeros_like(leaves)
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
         """Leaves, generations, settings and generator state (arrays are copies)."""
-        t = self._tree
-        p = t.n_leaves_padded
         return {
             "kind": "PrioritizedSampler",
             "capacity": self._capacity,
@@ -364,7 +418,7 @@ class PrioritizedSampler:
             "eps": self._eps,
             "seed": self._seed,
             "max_priority": self._max_priority,
-            "leaves": t.sums[p : p + self._capacity].copy(),
+            "leaves": self._leaf_view.copy(),
             "stamps": self._stamps.copy(),
             "present": self._present.copy(),
             "generator": generator_state(self._gen),
@@ -392,13 +446,22 @@ class PrioritizedSampler:
         self._eps = check_real("eps", state["eps"], 0.0, True)
         self._seed = check_seed(state["seed"])
         self._max_priority = check_real("max_priority", state["max_priority"], 0.0, True)
-        self._tree.load_leaves(leaves, np.where(present, leaves, np.inf))
+        self._load_leaves(leaves, np.where(present, leaves, np.inf))
         self._stamps[:] = stamps
         self._present[:] = present
         self._n_present = int(present.sum())
         set_generator_state(self._gen, state["generator"])
         if "range_generator" in state:  # states saved before restricted draws moved here
             set_generator_state(self._range_gen, state["range_generator"])
+
+    def _load_leaves(self, sums: np.ndarray, mins: np.ndarray) -> None:
+        """Replace the leaves (sum and min values, ``capacity`` each) and rebuild."""
+        lo, c = self._leaf_lo, self._capacity
+        self._sums[:] = 0.0
+        self._mins[:] = np.inf
+        self._sums[lo : lo + c] = sums
+        self._mins[lo : lo + c] = mins
+        B.build(self._sums, self._mins, self._p, self._r0, self._nb)
 
     def __repr__(self) -> str:
         return (

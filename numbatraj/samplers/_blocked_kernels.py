@@ -1,0 +1,467 @@
+"""The prioritized sampler's sum/min tree, one cache line per three levels: the same
+binary tree and the same node values, with only every third level stored.
+
+A binary tree over ``P = 2**L`` leaves stored level by level (``sumtree.SumTree``, node
+``n`` at index ``n``) puts each level of a path in its own cache line, so past the
+cache-resident top every level of a descent or an update is a miss of its own.  Here only
+the levels ``L, L - 3, L - 6, ..., r0`` (``r0 = L % 3``) are stored, each contiguous and
+in node order: the eight level-``s + 3`` descendants of a node ``a`` at a stored level
+``s`` are one aligned 64-byte line, and the two levels between are recomputed from them
+when needed, each node as ``fl(left + right)`` of its two children in the order every
+update computes it (the minima likewise).  A path from the root to a leaf reads one line
+per three levels, for the descent and for the update alike: at ``2**24`` leaves, eight
+lines where the level-by-level tree reads 22 (the descent, which already takes its last
+three levels from the eight-leaf group) or writes 24 (the update).  Storage is about
+``8P / 7`` slots per tree instead of ``2P``.
+
+Layout of one float64 array: a 16-slot header holding the levels ``0 .. r0`` (at most seven
+nodes, node ``n`` at slot ``n``), then the stored levels ``r0 + 3, r0 + 6, ..., L``, each
+starting on a 64-byte line (:func:`level_start`); leaf ``i`` is slot ``level_start(L) + i``,
+so the leaves are one contiguous run.  ``(p, r0, nb)`` describe it (:func:`layout`): ``P``,
+the header's last level and ``nb = L // 3``, the number of three-level bands below it.
+
+Every stored value and every recomputed one is bit for bit the node the level-by-level
+tree holds, and the descent takes the same path with the same remainders, so draws,
+weights and nodes are those of ``_sumtree_kernels`` (:func:`to_binary` gives the
+level-by-level arrays; the tests compare them with the NumPy reference).
+
+Kernels take arrays and scalars only, assume valid input (``prioritized.py`` checks),
+never raise and never allocate.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from numbatraj._jit import njit_kernel
+from numbatraj.samplers._sumtree_kernels import PREFETCH_AHEAD, _prefetch, _prefetch_write
+
+__all__ = ["layout", "new_tree"]
+
+#: Slots of the header (levels ``0 .. r0``, node ``n`` at slot ``n``).
+HEADER = 16
+
+
+def layout(p: int) -> tuple[int, int, int]:
+    """``(r0, nb, size)`` of the tree over ``p`` (a power of two) leaves."""
+    levels = p.bit_length() - 1
+    r0, nb = levels % 3, levels // 3
+    size = HEADER + sum(1 << (r0 + 3 * k) for k in range(1, nb + 1))
+    return r0, nb, size
+
+
+def new_tree(size: int, value: float) -> np.ndarray:
+    """A float64 ``(size,)`` array filled with ``value`` whose first slot starts a 64-byte
+    cache line, so every eight-node group does."""
+    buf = np.empty(size + 8, dtype=np.float64)
+    off = (-buf.ctypes.data % 64) // 8
+    a = buf[off : off + size]
+    a.fill(value)
+    return a
+
+
+@njit_kernel
+def level_start(k, r0):  # type: ignore[no-untyped-def]
+    """Slot of the first node of stored level ``r0 + 3k`` (``k >= 1``; ``k = 0`` is the
+    header, where node ``n`` is at slot ``n``)."""
+    return HEADER + (((1 << r0) * ((1 << (3 * k)) - 8)) // 7)
+
+
+@njit_kernel
+def _slot(k, a, r0):  # type: ignore[no-untyped-def]
+    """Slot of node ``a`` of stored level ``r0 + 3k``."""
+    if k == 0:
+        return a
+    return level_start(k, r0) + a - (1 << (r0 + 3 * k))
+
+
+@njit_kernel
+def leaf_slot(i, p, r0, nb):  # type: ignore[no-untyped-def]
+    """Slot of leaf ``i``."""
+    if nb == 0:
+        return p + i
+    return level_start(nb, r0) + i
+
+
+@njit_kernel
+def _pair(x, y, is_min):  # type: ignore[no-untyped-def]
+    """A parent from its two children: ``fl(x + y)``, or the minimum as every kernel
+    takes it (``x if x < y else y``: ``-0.0`` and ``0.0`` keep the bits they have)."""
+    if is_min:
+        return x if x < y else y
+    return x + y
+
+
+@njit_kernel
+def _group(t, g, is_min):  # type: ignore[no-untyped-def]
+    """The node three levels above the eight-node group at slot ``g``."""
+    a = _pair(_pair(t[g], t[g + 1], is_min), _pair(t[g + 2], t[g + 3], is_min), is_min)
+    b = _pair(_pair(t[g + 4], t[g + 5], is_min), _pair(t[g + 6], t[g + 7], is_min), is_min)
+    return _pair(a, b, is_min)
+
+
+@njit_kernel
+def node_value(t, n, p, r0, nb, is_min):  # type: ignore[no-untyped-def]
+    """Node ``n``'s value (``1 <= n < 2P``), recomputed from the stored level below it when
+    its own level is not stored."""
+    lev = 0
+    x = n
+    while x > 1:
+        x >>= 1
+        lev += 1
+    if lev <= r0:
+        return t[n]
+    j = (lev - r0) % 3  # levels above the next stored one: 0 (stored), 2 or 1
+    if j == 0:
+        k = (lev - r0) // 3
+        return t[_slot(k, n, r0)]
+    k = (lev - r0) // 3 + 1
+    below = n << (3 - j)  # the first stored descendant
+    s = _slot(k, below, r0)
+    if j == 2:  # one level above the stored one
+        return _pair(t[s], t[s + 1], is_min)
+    return _pair(_pair(t[s], t[s + 1], is_min), _pair(t[s + 2], t[s + 3], is_min), is_min)
+
+
+@njit_kernel
+def _header(t, r0, is_min):  # type: ignore[no-untyped-def]
+    for n in range((1 << r0) - 1, 0, -1):
+        t[n] = _pair(t[2 * n], t[2 * n + 1], is_min)
+
+
+@njit_kernel
+def _rebuild_top(t, p, r0, nb, kmax, is_min):  # type: ignore[no-untyped-def]
+    """Recompute stored levels ``r0 + 3 kmax, ..., r0`` (the level below ``kmax`` final)
+    and the header."""
+    for k in range(kmax, -1, -1):
+        base = 1 << (r0 + 3 * k)
+        src = level_start(k + 1, r0)
+        for a_off in range(base):
+            t[_slot(k, base + a_off, r0)] = _group(t, src + 8 * a_off, is_min)
+    _header(t, r0, is_min)
+
+
+@njit_kernel
+def build(sums, mins, p, r0, nb):  # type: ignore[no-untyped-def]
+    """Recompute every stored internal node from the leaves."""
+    if nb == 0:
+        for n in range(p - 1, 0, -1):
+            sums[n] = sums[2 * n] + sums[2 * n + 1]
+            x = mins[2 * n]
+            y = mins[2 * n + 1]
+            mins[n] = x if x < y else y
+        return
+    _rebuild_top(sums, p, r0, nb, nb - 1, False)
+    _rebuild_top(mins, p, r0, nb, nb - 1, True)
+
+
+@njit_kernel
+def ancestors(sums, mins, p, r0, nb, rows, idx, c):  # type: ignore[no-untyped-def]
+    """Recompute the stored ancestors of leaves ``rows`` after their values were written.
+
+    ``idx[:c]`` (int64, ``rows``' length) are the positions ``j`` in ``rows`` whose minimum
+    may have changed; it is overwritten.  A row whose leaf did not change may be among
+    ``rows`` (its ancestors come out the same).  Band by band from the leaves, each update
+    reads the eight-node group under its ancestor (the line the band below just wrote, in
+    cache) and writes that ancestor, whose line is prefetched for writing
+    ``PREFETCH_AHEAD`` updates ahead; once a stored level holds no more nodes than there
+    are updates, it and every level above are recomputed in order instead.  The minima go
+    up only while they move (a zero always counts as moved: ``0.0 == -0.0`` while their
+    bits differ), as in ``_sumtree_kernels._recompute_ancestors_cpu``: a node's minimum can
+    change only if a child's did, and the first update to recompute a changed group sees
+    every change below it.  The values are those of recomputing every ancestor.
+    """
+    k_up = rows.shape[0]
+    if nb == 0:
+        build(sums, mins, p, r0, nb)
+        return
+    d = PREFETCH_AHEAD
+    levels = r0 + 3 * nb
+    k = nb - 1
+    while k >= 0 and (1 << (r0 + 3 * k)) > k_up:
+        base = 1 << (r0 + 3 * k)
+        sh = levels - (r0 + 3 * k)  # row -> its ancestor at this level: (p + row) >> sh
+        src = level_start(k + 1, r0)
+        dst = level_start(k, r0) - base if k > 0 else 0
+        for j in range(min(d, k_up)):
+            _prefetch_write(sums, dst + ((p + rows[j]) >> sh))
+        for j in range(k_up):
+            if j + d < k_up:
+                _prefetch_write(sums, dst + ((p + rows[j + d]) >> sh))
+            a = (p + rows[j]) >> sh
+            sums[dst + a] = _group(sums, src + 8 * (a - base), False)
+        for j in range(min(d, c)):
+            _prefetch_write(mins, dst + ((p + rows[idx[j]]) >> sh))
+        live = 0
+        for j in range(c):
+            if j + d < c:
+                _prefetch_write(mins, dst + ((p + rows[idx[j + d]]) >> sh))
+            a = (p + rows[idx[j]]) >> sh
+            m = _group(mins, src + 8 * (a - base), True)
+            old = mins[dst + a]
+            mins[dst + a] = m
+            idx[live] = idx[j]
+            live += (m != old) | (m == 0.0)
+        c = live
+        k -= 1
+    if k >= 0:
+        _rebuild_top(sums, p, r0, nb, k, False)
+        _rebuild_top(mins, p, r0, nb, k, True)
+    else:
+        _header(sums, r0, False)
+        _header(mins, r0, True)
+
+
+@njit_kernel
+def find(sums, p, r0, nb, masses, out, leafvals):  # type: ignore[no-untyped-def]
+    """Batched descent: ``out[i]`` is the leaf holding prefix mass ``masses[i]``, with the
+    path and remainder of ``_sumtree_kernels._sumtree_find_cpu`` (left while ``m <
+    sum(left)``, else subtract and go right; a mass at or past a subtree's end goes left
+    when the right subtree is empty).  ``masses`` is scratch (remainders); ``leafvals[i]``
+    receives the leaf's value.  All draws move down one band (three levels, one line)
+    together, the two levels between recomputed from the group exactly as the updates
+    compute them; once a level has at least ``B / 8`` nodes each step prefetches the group
+    of draw ``i + PREFETCH_AHEAD``."""
+    b = masses.shape[0]
+    d = PREFETCH_AHEAD
+    for i in range(b):
+        n = 1
+        m = masses[i]
+        for _ in range(r0):  # the header, node n at slot n
+            left = sums[2 * n]
+            right = sums[2 * n + 1]
+            go_right = (m >= left) & (right > 0.0)
+            n = 2 * n + go_right
+            m = m - left if go_right else m
+        out[i] = n
+        masses[i] = m
+    for k in range(nb):
+        base = 1 << (r0 + 3 * k)
+        src = level_start(k + 1, r0) - 8 * base
+        ahead = base * 8 >= b
+        if ahead:
+            for i in range(min(d, b)):
+                _prefetch(sums, src + 8 * out[i])
+        for i in range(b):
+            if ahead and i + d < b:
+                _prefetch(sums, src + 8 * out[i + d])
+            a = out[i]
+            q = src + 8 * a
+            a0 = sums[q] + sums[q + 1]
+            a1 = sums[q + 2] + sums[q + 3]
+            a2 = sums[q + 4] + sums[q + 5]
+            a3 = sums[q + 6] + sums[q + 7]
+            m = masses[i]
+            left = a0 + a1
+            right = a2 + a3
+            c1 = (m >= left) & (right > 0.0)
+            m = m - left if c1 else m
+            left = a2 if c1 else a0
+            right = a3 if c1 else a1
+            c2 = (m >= left) & (right > 0.0)
+            m = m - left if c2 else m
+            s = q + 4 * c1 + 2 * c2
+            left = sums[s]
+            right = sums[s + 1]
+            c3 = (m >= left) & (right > 0.0)
+            masses[i] = m - left if c3 else m
+            out[i] = 8 * a + 4 * c1 + 2 * c2 + c3
+            leafvals[i] = right if c3 else left
+    if nb == 0:
+        for i in range(b):
+            leafvals[i] = sums[out[i]]
+    for i in range(b):
+        out[i] -= p
+
+
+@njit_kernel
+def sample(sums, p, r0, nb, gen, u, out, stamps, scratch):  # type: ignore[no-untyped-def]
+    """Stratified proportional draws and their generation stamps, as
+    ``_sumtree_kernels._sample_prioritized_cpu``: draw ``i`` takes prefix mass
+    ``(i + u[i]) * total / B``; ``scratch`` float64 (2, B), row 1 the leaves' values."""
+    b = u.shape[0]
+    seg = sums[1] / b
+    masses = scratch[0]
+    leafvals = scratch[1]
+    for i in range(b):
+        masses[i] = (i + u[i]) * seg
+    find(sums, p, r0, nb, masses, out, leafvals)
+    d = PREFETCH_AHEAD
+    for i in range(min(d, b)):
+        _prefetch(gen, out[i])
+    for i in range(b):
+        if i + d < b:
+            _prefetch(gen, out[i + d])
+        stamps[i] = gen[out[i]]
+
+
+@njit_kernel
+def add_rows(sums, mins, p, r0, nb, gen, present, rows, value, idx):  # type: ignore[no-untyped-def]
+    """New rows: bump each row's generation, mark it present, give it ``value`` (sum and
+    min leaf).  ``idx`` int64 scratch of ``rows``' length.  Returns how many rows were not
+    present before."""
+    fresh = 0
+    k = rows.shape[0]
+    for j in range(k):
+        r = rows[j]
+        gen[r] += 1
+        if not present[r]:
+            present[r] = True
+            fresh += 1
+        q = leaf_slot(r, p, r0, nb)
+        sums[q] = value
+        mins[q] = value
+        idx[j] = j
+    ancestors(sums, mins, p, r0, nb, rows, idx, k)
+    return fresh
+
+
+@njit_kernel
+def update_rows(sums, mins, p, r0, nb, gen, rows, priorities, eps, alpha, stamps, check, idx, maxp):  # type: ignore[no-untyped-def]
+    """Priority updates in order (a repeated row: the last wins), skipping stale stamps, as
+    ``_sumtree_kernels._update_rows_cpu``: row ``rows[j]`` gets leaf value
+    ``(priorities[j] + eps) ** alpha``; with ``check``, a row whose generation differs from
+    ``stamps[j]`` is skipped.  ``maxp`` float64 (1,) is raised to the largest
+    ``priorities[j] + eps`` applied; ``idx`` int64 scratch.  Returns the number skipped."""
+    skipped = 0
+    top = maxp[0]
+    k = rows.shape[0]
+    d = PREFETCH_AHEAD
+    for j in range(min(d, k)):
+        _prefetch(gen, rows[j])
+        _prefetch_write(sums, leaf_slot(rows[j], p, r0, nb))
+    c = 0
+    for j in range(k):
+        if j + d < k:
+            _prefetch(gen, rows[j + d])
+            _prefetch_write(sums, leaf_slot(rows[j + d], p, r0, nb))
+        r = rows[j]
+        if check and gen[r] != stamps[j]:
+            skipped += 1
+            continue
+        q = priorities[j] + eps
+        if q > top:
+            top = q
+        sums[leaf_slot(r, p, r0, nb)] = q**alpha
+        idx[c] = j
+        c += 1
+    for j in range(min(d, c)):  # the min leaves in a loop of their own (``pow`` above)
+        _prefetch_write(mins, leaf_slot(rows[idx[j]], p, r0, nb))
+    for j in range(c):
+        if j + d < c:
+            _prefetch_write(mins, leaf_slot(rows[idx[j + d]], p, r0, nb))
+        q = leaf_slot(rows[idx[j]], p, r0, nb)
+        mins[q] = sums[q]
+    # the sums go up from every row (a skipped row's path comes out the same), the minima
+    # from the applied ones
+    ancestors(sums, mins, p, r0, nb, rows, idx, c)
+    maxp[0] = top
+    return skipped
+
+
+@njit_kernel
+def prefix_mass(sums, p, r0, nb, i):  # type: ignore[no-untyped-def]
+    """Sum of leaves ``[0, i)``: the left siblings on leaf ``i``'s path."""
+    if i >= p:
+        return sums[1]
+    s = 0.0
+    n = p + i
+    while n > 1:
+        if n & 1:
+            s += node_value(sums, n - 1, p, r0, nb, False)
+        n = n >> 1
+    return s
+
+
+@njit_kernel
+def range_min(mins, p, r0, nb, lo, hi):  # type: ignore[no-untyped-def]
+    """Minimum of leaves ``[lo, hi)`` (+inf when empty), bottom-up segment-tree query."""
+    best = np.inf
+    a = lo + p
+    b = hi + p
+    while a < b:
+        if a & 1:
+            v = node_value(mins, a, p, r0, nb, True)
+            if v < best:
+                best = v
+            a += 1
+        if b & 1:
+            b -= 1
+            v = node_value(mins, b, p, r0, nb, True)
+            if v < best:
+                best = v
+        a = a >> 1
+        b = b >> 1
+    return best
+
+
+@njit_kernel
+def sample_ranges(sums, mins, p, r0, nb, u, beta, lo0, hi0, lo1, hi1, out, weights, masses):  # type: ignore[no-untyped-def]
+    """Stratified proportional draws inside leaf ranges ``[lo0, hi0)`` and ``[lo1, hi1)``,
+    as ``_sumtree_kernels._sample_ranges_cpu`` (the same draws, weights and clamping)."""
+    a0 = prefix_mass(sums, p, r0, nb, lo0)
+    m0 = prefix_mass(sums, p, r0, nb, hi0) - a0
+    a1 = 0.0
+    m1 = 0.0
+    lo = range_min(mins, p, r0, nb, lo0, hi0)
+    if hi1 > lo1:
+        a1 = prefix_mass(sums, p, r0, nb, lo1)
+        m1 = prefix_mass(sums, p, r0, nb, hi1) - a1
+        lo1min = range_min(mins, p, r0, nb, lo1, hi1)
+        if lo1min < lo:
+            lo = lo1min
+    b = u.shape[0]
+    seg = (m0 + m1) / b
+    mass = masses[0]
+    for i in range(b):
+        x = (i + u[i]) * seg
+        mass[i] = a0 + x if (x < m0 or m1 <= 0.0) else a1 + (x - m0)
+    find(sums, p, r0, nb, mass, out, masses[1])
+    for i in range(b):
+        x = (i + u[i]) * seg
+        leaf = out[i]
+        if x < m0 or m1 <= 0.0:
+            if leaf < lo0:
+                leaf = lo0
+            elif leaf >= hi0:
+                leaf = hi0 - 1
+        else:
+            if leaf < lo1:
+                leaf = lo1
+            elif leaf >= hi1:
+                leaf = hi1 - 1
+        out[i] = leaf
+        weights[i] = np.float32((sums[leaf_slot(leaf, p, r0, nb)] / lo) ** (-beta))
+
+
+@njit_kernel
+def to_binary(t, p, r0, nb, is_min, out):  # type: ignore[no-untyped-def]
+    """The level-by-level array of the tree ``t`` (``out[n]`` node ``n``, ``out[0]``
+    untouched): the stored levels copied, the others recomputed from their children."""
+    levels = r0 + 3 * nb
+    for i in range(p):
+        out[p + i] = t[leaf_slot(i, p, r0, nb)]
+    lev = levels - 1
+    while lev >= 0:
+        first = 1 << lev
+        if lev <= r0 or (lev - r0) % 3 == 0:
+            for n in range(first, 2 * first):
+                out[n] = node_value(t, n, p, r0, nb, is_min)
+        else:
+            for n in range(first, 2 * first):
+                out[n] = _pair(out[2 * n], out[2 * n + 1], is_min)
+        lev -= 1
+
+
+@njit_kernel
+def leaves_of(t, p, r0, nb, out):  # type: ignore[no-untyped-def]
+    """Leaves ``0 .. len(out) - 1`` of the blocked tree ``t`` into ``out``."""
+    for i in range(out.shape[0]):
+        out[i] = t[leaf_slot(i, p, r0, nb)]
+
+
+@njit_kernel
+def set_leaves(t, p, r0, nb, values):  # type: ignore[no-untyped-def]
+    """Leaves ``0 .. len(values) - 1`` of ``t`` set to ``values`` (no ancestors)."""
+    for i in range(values.shape[0]):
+        t[leaf_slot(i, p, r0, nb)] = values[i]

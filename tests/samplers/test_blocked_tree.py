@@ -1,0 +1,184 @@
+"""The prioritized sampler's tree with one cache line per three levels
+(``_blocked_kernels``): every node, path, remainder, prefix and range minimum against the
+NumPy reference and the level-by-level kernels, bit for bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from numbatraj.samplers import PrioritizedSampler, SumTree
+from numbatraj.samplers import _blocked_kernels as B
+from numbatraj.samplers import _sumtree_kernels as K
+from tests.reference import sumtree_find_ref, sumtree_nodes_ref
+
+# every header depth (r0 = 0, 1, 2), no band, one band, several; powers of two and around
+CAPS = [1, 2, 3, 4, 5, 8, 9, 16, 17, 31, 33, 64, 100, 512, 513, 1000, 4097, 70000]
+
+
+class _Tree:
+    """A blocked tree and the level-by-level SumTree over the same leaves, updated alike."""
+
+    def __init__(self, cap: int) -> None:
+        self.ref = SumTree(cap)
+        self.p = p = self.ref.n_leaves_padded
+        self.r0, self.nb, size = B.layout(p)
+        self.sums = B.new_tree(size, 0.0)
+        self.mins = B.new_tree(size, np.inf)
+        self.leaves = np.zeros(cap)
+        self.present = np.zeros(cap, dtype=bool)
+
+    def set(self, rows: np.ndarray, vals: np.ndarray) -> None:
+        for r, v in zip(rows.tolist(), vals.tolist()):
+            q = B.leaf_slot(r, self.p, self.r0, self.nb)
+            self.sums[q] = v
+            self.mins[q] = v
+            self.leaves[r] = v
+            self.present[r] = True
+        B.ancestors(self.sums, self.mins, self.p, self.r0, self.nb, rows,
+                    np.arange(rows.shape[0], dtype=np.int64), rows.shape[0])
+        self.ref.update(rows, vals)
+
+    def binary(self) -> tuple[np.ndarray, np.ndarray]:
+        s = np.zeros(2 * self.p)
+        m = np.full(2 * self.p, np.inf)
+        B.to_binary(self.sums, self.p, self.r0, self.nb, False, s)
+        B.to_binary(self.mins, self.p, self.r0, self.nb, True, m)
+        return s, m
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    return a.view(np.int64)
+
+
+def test_layout_sizes_and_alignment():
+    for k in range(0, 25):
+        p = 1 << k
+        r0, nb, size = B.layout(p)
+        assert r0 + 3 * nb == k
+        assert size == 16 + sum(1 << (r0 + 3 * j) for j in range(1, nb + 1))
+        assert size <= 16 + (8 * p) // 7 + 1
+        if nb:  # the leaves are the last stored level, one contiguous run
+            assert B.leaf_slot(0, p, r0, nb) == size - p
+            assert B.level_start(nb, r0) % 8 == 0
+    t = B.new_tree(1000, 0.0)
+    assert t.ctypes.data % 64 == 0 and t.shape == (1000,)
+
+
+@pytest.mark.parametrize("cap", CAPS)
+def test_nodes_paths_prefixes_and_minima_match(cap):
+    rng = np.random.default_rng(cap)
+    t = _Tree(cap)
+    for it in range(16):
+        # few updates take the path of each (the bands wider than the batch), many rebuild
+        # the top of the tree in order
+        k = int(rng.integers(1, 9)) if it % 3 else int(rng.integers(1, 2 * cap + 2))
+        rows = rng.integers(0, cap, k)  # repeated rows: the last value wins
+        if it % 2:  # dyadic leaves: every prefix sum exact, masses on the boundaries
+            rows = np.concatenate([np.arange(cap), rows])  # every leaf dyadic
+            k = rows.shape[0]
+            vals = rng.integers(0, 64, k) / 8.0
+        else:
+            vals = rng.random(k) * (rng.random(k) < 0.8)
+        if it % 4 >= 2:  # zeros of both signs: minima equal as numbers, not as bits
+            vals[rng.random(k) < 0.7] = 0.0
+            vals[rng.random(k) < 0.5] = -0.0
+        t.set(rows, vals)
+        s, m = t.binary()
+        ref_s, ref_m = sumtree_nodes_ref(t.leaves, t.present, t.p)
+        np.testing.assert_array_equal(_bits(s[1:]), _bits(ref_s[1:]))
+        np.testing.assert_array_equal(_bits(m[1:]), _bits(t.ref.mins[1:]))
+        np.testing.assert_array_equal(m[1:], ref_m[1:])
+        np.testing.assert_array_equal(_bits(s[1:]), _bits(t.ref.sums[1:]))
+        if s[1] > 0:
+            edges = np.cumsum(t.leaves)[rng.integers(0, cap, 32)]  # exact prefix sums
+            masses = np.sort(np.concatenate([rng.random(32) * s[1] * 1.02, edges]))
+            o_b, o_k = np.empty(64, np.int64), np.empty(64, np.int64)
+            l_b, l_k = np.empty(64), np.empty(64)
+            r_b, r_k = masses.copy(), masses.copy()
+            B.find(t.sums, t.p, t.r0, t.nb, r_b, o_b, l_b)
+            K._sumtree_find_cpu(t.ref.sums, t.p, r_k, o_k, l_k)
+            np.testing.assert_array_equal(o_b, o_k)
+            np.testing.assert_array_equal(_bits(r_b), _bits(r_k))
+            np.testing.assert_array_equal(l_b, t.leaves[o_b])
+            if it % 2:  # exact sums: the leaf is searchsorted's (cumsum, side="right")
+                inside = masses < s[1]
+                np.testing.assert_array_equal(o_b[inside],
+                                              sumtree_find_ref(t.leaves, masses[inside]))
+        for lo in range(0, cap, max(1, cap // 6)):
+            for hi in range(lo, cap + 1, max(1, cap // 4)):
+                assert B.prefix_mass(t.sums, t.p, t.r0, t.nb, hi) == K.prefix_mass(t.ref.sums, t.p, hi)
+                got = B.range_min(t.mins, t.p, t.r0, t.nb, lo, hi)
+                want = t.leaves[lo:hi][t.present[lo:hi]].min() if t.present[lo:hi].any() else np.inf
+                assert got == want
+
+
+@pytest.mark.parametrize("cap", [5, 100, 70000])
+def test_build_from_leaves_gives_the_same_bits(cap):
+    rng = np.random.default_rng(1)
+    t = _Tree(cap)
+    t.set(rng.integers(0, cap, 3 * cap), rng.random(3 * cap))
+    s2, m2 = B.new_tree(t.sums.shape[0], 0.0), B.new_tree(t.sums.shape[0], np.inf)
+    lo = B.leaf_slot(0, t.p, t.r0, t.nb)
+    s2[lo : lo + cap] = t.sums[lo : lo + cap]
+    m2[lo : lo + cap] = t.mins[lo : lo + cap]
+    B.build(s2, m2, t.p, t.r0, t.nb)
+    np.testing.assert_array_equal(_bits(s2[1:]), _bits(t.sums[1:]))
+    np.testing.assert_array_equal(_bits(m2[1:]), _bits(t.mins[1:]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 300), st.integers(0, 2**32 - 1))
+def test_sampler_draws_equal_the_level_by_level_kernels(cap, seed):
+    """The sampler's draws, stamps and weights are those of the level-by-level kernels on a
+    SumTree holding the same leaves (sample, update with stale stamps, restricted draws)."""
+    rng = np.random.default_rng(seed)
+    s = PrioritizedSampler(cap, alpha=0.7, beta=0.5, seed=seed % 1000)
+    s.note_added(np.arange(cap))
+    rows = rng.integers(0, cap, 2 * cap)
+    s.update_priorities(rows, rng.random(2 * cap) * (rng.random(2 * cap) < 0.9))
+    ref = s.tree.snapshot()
+    b = int(rng.integers(1, 40))
+    state = s._gen.bit_generator.state
+    got = s.sample(b)
+    g = np.random.Generator(type(s._gen.bit_generator)())
+    g.bit_generator.state = state
+    u = g.random(b)
+    out, stamps, scratch = np.empty(b, np.int64), np.empty(b, np.int64), np.empty((2, b))
+    K._sample_prioritized_cpu(ref.sums, ref.n_leaves_padded, s._stamps, u, out, stamps, scratch)
+    np.testing.assert_array_equal(got.indices, out)
+    np.testing.assert_array_equal(got.stamps, stamps)
+    w = ((scratch[1] / ref.mins[1]) ** -0.5).astype(np.float32)
+    np.testing.assert_array_equal(got.weights, w)
+    lo0 = int(rng.integers(0, cap))
+    hi0 = int(rng.integers(lo0 + 1, cap + 1))
+    idx, ww, st_ = np.empty(b, np.int64), np.empty(b, np.float32), np.empty(b, np.int64)
+    rstate = s._range_gen.bit_generator.state
+    s.sample_ranges_into(idx, ww, st_, lo0, hi0)
+    g.bit_generator.state = rstate
+    u = g.random(b)
+    out2, w2 = np.empty(b, np.int64), np.empty(b, np.float32)
+    K._sample_ranges_cpu(ref.sums, ref.mins, ref.n_leaves_padded, u, 0.5, lo0, hi0, 0, 0,
+                         out2, w2, np.empty((2, b)))
+    np.testing.assert_array_equal(idx, out2)
+    np.testing.assert_array_equal(ww, w2)
+
+
+def test_tree_view_reads_live_and_copies_the_level_by_level_arrays():
+    s = PrioritizedSampler(10, alpha=1.0, eps=1e-9)
+    s.note_added(np.arange(10))
+    s.update_priorities(np.arange(10), np.arange(10, dtype=float))
+    t = s.tree
+    assert t.capacity == 10 and t.n_leaves_padded == 16
+    assert t.total == pytest.approx(45.0) and t.min == pytest.approx(1e-9)
+    leaves = t.leaves
+    assert leaves.flags.writeable is False
+    s.update_priorities([3], [100.0])
+    assert leaves[3] == pytest.approx(100.0)  # a live view
+    snap = t.snapshot()
+    snap.update([0], [5.0])  # a copy: the sampler does not see it
+    assert s.tree.leaves[0] == pytest.approx(1e-9)
+    assert s.tree.sums[1] == pytest.approx(t.total)
+    assert "PrioritizedTree(capacity=10" in repr(t)
