@@ -496,29 +496,46 @@ def _stream_copy(dst, d, src, s, n):  # type: ignore[no-untyped-def]
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _stage_records(row_bytes, srcs, offs, widths, n, scratch):  # type: ignore[no-untyped-def]
-    """Rows ``[0, n)`` of each column into the records of ``scratch`` (column by column)."""
+def _stage_records(row_bytes, srcs, offs, widths, r0, n, scratch):  # type: ignore[no-untyped-def]
+    """Rows ``[r0, r0 + n)`` of each column into the first ``n`` records of ``scratch``
+    (column by column)."""
     for c in range(len(srcs)):
         src = srcs[c]
         o = offs[c]
         w = widths[c]
         for r in range(n):
-            _copy_span(scratch, r * row_bytes + o, src, r * w, w)
+            _copy_span(scratch, r * row_bytes + o, src, (r0 + r) * w, w)
+
+
+#: Bytes of records assembled at a time before they go to the ring: a piece that stays in
+#: L1 between being staged and being copied (1,000 168-byte rows, Intel Xeon VM, one
+#: process, interleaved: 33.6 / 31.9 us in one piece, 27.6 / 24.7 us in pieces of 128 rows).
+STAGE_PIECE_BYTES = 16384
 
 
 @njit_kernel
 def _stage_put_plain(ring, d, row_bytes, srcs, offs, widths, n,  # type: ignore[no-untyped-def]
                      scratch):
-    _stage_records(row_bytes, srcs, offs, widths, n, scratch)
-    _copy_bytes(ring, d, scratch, 0, n * row_bytes)
+    piece = max(1, STAGE_PIECE_BYTES // row_bytes)
+    r0 = 0
+    while r0 < n:
+        m = min(piece, n - r0)
+        _stage_records(row_bytes, srcs, offs, widths, r0, m, scratch)
+        _copy_bytes(ring, d + r0 * row_bytes, scratch, 0, m * row_bytes)
+        r0 += m
     return 0
 
 
 @njit_kernel
 def _stage_put_stream(ring, d, row_bytes, srcs, offs, widths, n,  # type: ignore[no-untyped-def]
                       scratch):
-    _stage_records(row_bytes, srcs, offs, widths, n, scratch)
-    _stream_copy(ring, d, scratch, 0, n * row_bytes)
+    piece = max(1, STAGE_PIECE_BYTES // row_bytes)
+    r0 = 0
+    while r0 < n:
+        m = min(piece, n - r0)
+        _stage_records(row_bytes, srcs, offs, widths, r0, m, scratch)
+        _stream_copy(ring, d + r0 * row_bytes, scratch, 0, m * row_bytes)
+        r0 += m
     return 0
 
 
@@ -528,7 +545,8 @@ def stage_put_cpu(ring, d, row_bytes, srcs, offs, widths, n,  # type: ignore[no-
     ``d`` of ``ring`` (uint8, the records' bytes): column ``c``'s rows (``srcs[c]``, its
     C-order bytes, ``widths[c]`` per row) go to byte ``offs[c]`` of each record of
     ``scratch`` (uint8, at least ``n * row_bytes``, padding zeroed once and never
-    written), then the scratch goes into the ring in one copy.
+    written), then the scratch goes into the ring, :data:`STAGE_PIECE_BYTES` of records at
+    a time (each piece staged, then copied, while it is in L1).
 
     Why: the records' lines in the ring are cold; item writes straight into them read
     each line first (write-allocate).  Assembled in a cache-resident scratch with two
