@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from bench.conftest import bench_scale
+from bench.report import load_line
 from numbatraj.data import ColumnSpec
 from numbatraj.replay import StoreReplay
 
@@ -358,10 +359,17 @@ def test_pix_sample_numbatraj(benchmark, ratios, next_of, into, cores):
     finally:
         numbatraj.set_num_threads(None)
     name = f"StoreReplay{'(next_of)' if next_of else ''}.{'sample_into' if into else 'sample'}"
+    note = ""
     if cores:
         name += f", set_num_threads({top})"
+    else:  # what the default policy decided (docs/residency.md, "Threads"), to read the row
+        from numbatraj import _jit
+
+        verdict = _jit.auto_verdicts().get("replay wide gather")
+        note = (f"threads verdict {'open' if verdict is None else verdict}, "
+                f"free cores after {_jit.free_cores()}, {load_line()}")
     for g in (G_PIX, G_PIX_TAKE):
-        ratios.record(g, name, benchmark, items=PIX_BATCH)
+        ratios.record(g, name, benchmark, items=PIX_BATCH, note=note)
 
 
 def test_pix_add_numpy_slice_copy(benchmark, ratios):
