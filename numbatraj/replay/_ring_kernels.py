@@ -513,6 +513,8 @@ def _stage_records(row_bytes, srcs, offs, widths, r0, n, scratch):  # type: igno
 STAGE_PIECE_BYTES = 16384
 
 
+# two kernels, not one with a flag: the streaming one holds x86-64-only intrinsics, which
+# the plain one must not compile elsewhere (:data:`STREAM_STORES`)
 @njit_kernel
 def _stage_put_plain(ring, d, row_bytes, srcs, offs, widths, n,  # type: ignore[no-untyped-def]
                      scratch):

@@ -34,7 +34,13 @@ from __future__ import annotations
 import numpy as np
 
 from numbatraj._jit import njit_kernel
-from numbatraj.samplers._sumtree_kernels import PREFETCH_AHEAD, _prefetch, _prefetch_write
+from numbatraj.samplers._sumtree_kernels import (
+    PREFETCH_AHEAD,
+    _prefetch,
+    _prefetch_write,
+    clamp_and_weigh,
+    range_masses,
+)
 
 __all__ = ["layout", "new_tree"]
 
@@ -410,28 +416,10 @@ def sample_ranges(sums, mins, p, r0, nb, u, beta, lo0, hi0, lo1, hi1, out, weigh
         lo1min = range_min(mins, p, r0, nb, lo1, hi1)
         if lo1min < lo:
             lo = lo1min
-    b = u.shape[0]
-    seg = (m0 + m1) / b
-    mass = masses[0]
-    for i in range(b):
-        x = (i + u[i]) * seg
-        mass[i] = a0 + x if (x < m0 or m1 <= 0.0) else a1 + (x - m0)
-    find(sums, p, r0, nb, mass, out, masses[1])
-    for i in range(b):
-        x = (i + u[i]) * seg
-        leaf = out[i]
-        if x < m0 or m1 <= 0.0:
-            if leaf < lo0:
-                leaf = lo0
-            elif leaf >= hi0:
-                leaf = hi0 - 1
-        else:
-            if leaf < lo1:
-                leaf = lo1
-            elif leaf >= hi1:
-                leaf = hi1 - 1
-        out[i] = leaf
-        weights[i] = np.float32((sums[leaf_slot(leaf, p, r0, nb)] / lo) ** (-beta))
+    seg = range_masses(u, a0, m0, a1, m1, masses[0])
+    find(sums, p, r0, nb, masses[0], out, masses[1])
+    clamp_and_weigh(sums, leaf_slot(0, p, r0, nb), u, seg, m0, m1, lo0, hi0, lo1, hi1, lo,
+                    beta, out, weights)
 
 
 @njit_kernel

@@ -468,14 +468,32 @@ def _sample_ranges_cpu(sums, mins, p, u, beta, lo0, hi0, lo1, hi1, out, weights,
         lo1min = range_min(mins, p, lo1, hi1)
         if lo1min < lo:
             lo = lo1min
+    seg = range_masses(u, a0, m0, a1, m1, masses[0])
+    _sumtree_find_cpu(sums, p, masses[0], out, masses[1])
+    clamp_and_weigh(sums, p, u, seg, m0, m1, lo0, hi0, lo1, hi1, lo, beta, out, weights)
+
+
+@njit_kernel
+def range_masses(u, a0, m0, a1, m1, mass):  # type: ignore[no-untyped-def]
+    """The prefix masses of stratified draws over two ranges of masses ``m0`` and ``m1``
+    starting at prefix ``a0`` and ``a1``: draw ``i`` of ``B`` takes ``x = (i + u[i]) *
+    (m0 + m1) / B``, in the first range while ``x < m0``.  Returns the segment ``(m0 + m1)
+    / B``.  Shared by both tree layouts' restricted draws."""
     b = u.shape[0]
     seg = (m0 + m1) / b
-    mass = masses[0]
     for i in range(b):
         x = (i + u[i]) * seg
         mass[i] = a0 + x if (x < m0 or m1 <= 0.0) else a1 + (x - m0)
-    _sumtree_find_cpu(sums, p, mass, out, masses[1])
-    for i in range(b):
+    return seg
+
+
+@njit_kernel
+def clamp_and_weigh(sums, leaf_off, u, seg, m0, m1, lo0, hi0, lo1, hi1, lo, beta, out, weights):  # type: ignore[no-untyped-def]
+    """After the descent of :func:`range_masses`' draws: each leaf pushed out of its range
+    by rounding clamped into it, and its weight ``(leaf / lo) ** -beta`` (leaf ``i`` at
+    ``sums[leaf_off + i]``: ``P`` level by level, the leaves' first slot in the blocked
+    layout).  Shared by both tree layouts' restricted draws."""
+    for i in range(u.shape[0]):
         x = (i + u[i]) * seg
         leaf = out[i]
         if x < m0 or m1 <= 0.0:
@@ -489,4 +507,4 @@ def _sample_ranges_cpu(sums, mins, p, u, beta, lo0, hi0, lo1, hi1, out, weights,
             elif leaf >= hi1:
                 leaf = hi1 - 1
         out[i] = leaf
-        weights[i] = np.float32((sums[p + leaf] / lo) ** (-beta))
+        weights[i] = np.float32((sums[leaf_off + leaf] / lo) ** (-beta))
