@@ -140,7 +140,8 @@ def parallel_threads(nbytes: int, *, auto: str | None = None) -> int:
     ``auto`` (the memory-bound gathers): from :data:`PARALLEL_MIN_BYTES` up, one thread per
     core that is free right now (:func:`free_cores`), once this process has measured that
     kernel faster on threads than alone (:func:`note_time`); a busy machine, or one where
-    the threads did not win, keeps the serial kernel.
+    the threads did not win, keeps the serial kernel (a lost verdict is measured again
+    after :data:`AUTO_RETRY_S`).
     """
     if nbytes < PARALLEL_MIN_BYTES:
         return 1
@@ -150,7 +151,10 @@ def parallel_threads(nbytes: int, *, auto: str | None = None) -> int:
             return 1
         verdict = _verdict.get(auto)
         if verdict is False:
-            return 1
+            if time.monotonic() < _retry_at.get(auto, 0.0):
+                return 1
+            _reopen(auto)  # long enough serial: measure again (the machine may have changed)
+            verdict = None
         threads = max(min(top, 1 + free_cores()), 1)
         if verdict is None and threads > 1:
             t = _trials.setdefault(auto, ([], []))
@@ -162,19 +166,48 @@ def parallel_threads(nbytes: int, *, auto: str | None = None) -> int:
     return max(min(_explicit, top), 1)
 
 
-#: Calls of each kind timed per side before an auto kernel's verdict (the first of each
-#: side is dropped: a cold start), and how much faster per byte the threads must be.
-AUTO_TRIALS = 5
+#: Calls of each kind timed per side before an auto kernel's verdict, of which the first
+#: :data:`AUTO_WARMUP` of each side are dropped, and how much faster per byte the threads
+#: must be.  Why two dropped: right after a replay is filled its first draws run slow for a
+#: few calls on both sides (pages, TLB, the thread pool's start), and a verdict from them
+#: is noise.  Measured (256 3x84x84 rows, one column, AMD EPYC VM, fresh process): serial
+#: 3,345 / 1,147 / 873 / 723 / 907 us, threaded 11,698 / 1,536 / 972 / 640 / 522 us, so
+#: the old rule (5 a side, one dropped, medians) kept the serial kernel, which then ran
+#: 1,029-1,086 us per draw against 826 us on both cores; later calibrations in the same
+#: process measured 454-616 us serial and 304-580 us threaded.  The sides are compared by
+#: their lower quartile, not the median: another task or the hypervisor only ever adds
+#: time to a call, and with gains near :data:`AUTO_MIN_GAIN` the medians of a few calls
+#: decide by noise.  With this rule, five fresh processes of the draw above all kept the
+#: threads (lower quartiles 1.40-1.85x apart).
+AUTO_TRIALS = 9
+AUTO_WARMUP = 2
 AUTO_MIN_GAIN = 1.15
+#: After the threads lose a calibration, the kind stays serial for this long, then measures
+#: again; each further loss doubles the wait, up to :data:`AUTO_RETRY_MAX_S`.  A verdict
+#: from one moment (a host busy with another virtual machine, say) does not bind the
+#: process for good, and a machine where the threads never win pays one calibration (about
+#: 2 x AUTO_TRIALS calls, half of them threaded) per wait.
+AUTO_RETRY_S = 30.0
+AUTO_RETRY_MAX_S = 960.0
 _verdict: dict[str, bool] = {}  # kind -> the threaded kernel won on this machine
 _trials: dict[str, tuple[list[float], list[float]]] = {}  # kind -> (serial, threaded) s/byte
+_retry_at: dict[str, float] = {}  # kind -> monotonic time its lost verdict reopens
+_retry_wait: dict[str, float] = {}  # kind -> the wait after its next loss
+
+
+def _reopen(kind: str) -> None:
+    """Forget ``kind``'s lost verdict and its trials: the next calls calibrate again."""
+    _verdict.pop(kind, None)
+    _trials.pop(kind, None)
 
 
 def note_time(kind: str, threads: int, seconds: float, nbytes: int) -> None:
     """Report an auto kernel's call (``threads`` as :func:`parallel_threads` gave it) while
-    its verdict is open: after :data:`AUTO_TRIALS` calls of each side, the threaded kernel
-    is kept for the process if its median time per byte beat the serial one's by
-    :data:`AUTO_MIN_GAIN`, else dropped for good."""
+    its verdict is open: after :data:`AUTO_TRIALS` calls of each side (the first
+    :data:`AUTO_WARMUP` of each dropped), the threaded kernel is kept for the process if its
+    lower-quartile time per byte beat the serial one's by :data:`AUTO_MIN_GAIN`; else the kind
+    stays serial for :data:`AUTO_RETRY_S` (doubling at each further loss, at most
+    :data:`AUTO_RETRY_MAX_S`) and then calibrates again."""
     if not calibrating(kind, nbytes):
         return
     t = _trials.setdefault(kind, ([], []))
@@ -184,9 +217,14 @@ def note_time(kind: str, threads: int, seconds: float, nbytes: int) -> None:
     elif len(t[1]) > len(t[0]):  # a serial turn of the calibration
         t[0].append(seconds / nbytes)
     if len(t[0]) >= AUTO_TRIALS and len(t[1]) >= AUTO_TRIALS:
-        ser = sorted(t[0][1:])[len(t[0][1:]) // 2]
-        par = sorted(t[1][1:])[len(t[1][1:]) // 2]
-        _verdict[kind] = par * AUTO_MIN_GAIN <= ser
+        kept_s, kept_p = sorted(t[0][AUTO_WARMUP:]), sorted(t[1][AUTO_WARMUP:])
+        q = len(kept_s) // 4  # the lower quartile: interference only ever adds time
+        won = kept_p[q] * AUTO_MIN_GAIN <= kept_s[q]
+        _verdict[kind] = won
+        if not won:
+            wait = _retry_wait.get(kind, AUTO_RETRY_S)
+            _retry_at[kind] = time.monotonic() + wait
+            _retry_wait[kind] = min(2.0 * wait, AUTO_RETRY_MAX_S)
 
 
 def calibrating(kind: str, nbytes: int) -> bool:

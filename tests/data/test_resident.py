@@ -449,14 +449,20 @@ def test_auto_policy_follows_the_free_cores(monkeypatch, rng):
 @pytest.mark.parametrize("threads_win", [True, False])
 def test_auto_calibration_keeps_threads_only_where_they_win(monkeypatch, threads_win):
     """While a kind's verdict is open its calls alternate threaded and serial; after
-    AUTO_TRIALS of each the threads stay (median time per byte AUTO_MIN_GAIN faster) or go
-    for good; a serial call on a busy machine is not taken as a trial."""
+    AUTO_TRIALS of each (the first AUTO_WARMUP of each side not counted) the threads stay
+    (lower-quartile time per byte AUTO_MIN_GAIN faster) or go until AUTO_RETRY_S has passed, when
+    the kind calibrates again, the wait doubling at each loss; a serial call on a busy
+    machine is not taken as a trial."""
     import numbatraj
     import numbatraj._jit as J
 
     numbatraj.set_num_threads(None)
     monkeypatch.setattr(J, "_verdict", {})
     monkeypatch.setattr(J, "_trials", {})
+    monkeypatch.setattr(J, "_retry_at", {})
+    monkeypatch.setattr(J, "_retry_wait", {})
+    clock = [1000.0]
+    monkeypatch.setattr(J.time, "monotonic", lambda: clock[0])
     monkeypatch.setattr(J, "_CORES", 2)
     monkeypatch.setattr(J, "_last_region", [float("-inf"), 1.0])
     monkeypatch.setattr(numba, "get_num_threads", lambda: 2)
@@ -467,18 +473,41 @@ def test_auto_calibration_keeps_threads_only_where_they_win(monkeypatch, threads
     assert J._trials["x"] == ([], [])
     monkeypatch.setattr(J, "_running_now", lambda: 1)  # idle from here
     assert J.calibrating("x", nb) and not J.calibrating("x", nb - 1)
-    got = []
-    for _ in range(2 * J.AUTO_TRIALS):
-        th = J.parallel_threads(nb, auto="x")
-        got.append(th)
-        fast = (th > 1) == threads_win
-        J.note_time("x", th, 0.5 if fast else 1.0, nb)
-    assert got == [2, 1] * J.AUTO_TRIALS
+
+    def calibrate(win: bool, warm: float) -> list[int]:
+        got = []
+        for i in range(2 * J.AUTO_TRIALS):
+            th = J.parallel_threads(nb, auto="x")
+            got.append(th)
+            fast = (th > 1) == win
+            # the warm-up calls say the opposite, slowly: they must not count
+            t = (0.5 if fast else 1.0) if i >= 2 * J.AUTO_WARMUP else (warm if th > 1 else 1.0)
+            J.note_time("x", th, t, nb)
+        return got
+
+    assert calibrate(threads_win, 0.1 if not threads_win else 9.0) == [2, 1] * J.AUTO_TRIALS
     assert J.auto_verdicts() == {"x": threads_win}
     assert not J.calibrating("x", nb)  # decided: the callers stop timing
     assert {J.parallel_threads(nb, auto="x") for _ in range(5)} == {2 if threads_win else 1}
     J.note_time("x", 1, 9.0, nb)  # after the verdict: ignored
     assert J.auto_verdicts() == {"x": threads_win}
+    clock[0] += J.AUTO_RETRY_S + 1.0
+    if threads_win:  # a won verdict stays (the free cores still decide each call)
+        assert J.parallel_threads(nb, auto="x") == 2 and J.auto_verdicts() == {"x": True}
+        return
+    clock[0] -= 2.0
+    assert J.parallel_threads(nb, auto="x") == 1 and not J.calibrating("x", nb)
+    clock[0] += 2.0  # the wait is over: calibrating again, and this time the threads win
+    assert calibrate(True, 9.0) == [2, 1] * J.AUTO_TRIALS
+    assert J.auto_verdicts() == {"x": True}
+    # a second loss waits twice as long
+    J._reopen("x")
+    calibrate(False, 0.1)
+    assert J.auto_verdicts() == {"x": False}
+    clock[0] += 2 * J.AUTO_RETRY_S - 1.0
+    assert J.parallel_threads(nb, auto="x") == 1
+    clock[0] += 2.0
+    assert J.parallel_threads(nb, auto="x") == 2 and J.calibrating("x", nb)
 
 
 def test_free_cores_sees_busy_processes():
