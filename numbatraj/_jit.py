@@ -151,7 +151,7 @@ def parallel_threads(nbytes: int, *, auto: str | None = None) -> int:
             return 1
         verdict = _verdict.get(auto)
         if verdict is False:
-            if time.monotonic() < _retry_at.get(auto, 0.0):
+            if _clock() < _retry_at.get(auto, 0.0):
                 return 1
             _reopen(auto)  # long enough serial: measure again (the machine may have changed)
             verdict = None
@@ -191,7 +191,8 @@ AUTO_RETRY_S = 30.0
 AUTO_RETRY_MAX_S = 960.0
 _verdict: dict[str, bool] = {}  # kind -> the threaded kernel won on this machine
 _trials: dict[str, tuple[list[float], list[float]]] = {}  # kind -> (serial, threaded) s/byte
-_retry_at: dict[str, float] = {}  # kind -> monotonic time its lost verdict reopens
+_clock = time.monotonic  # the retry waits' clock (a test sets its own)
+_retry_at: dict[str, float] = {}  # kind -> _clock() time its lost verdict reopens
 _retry_wait: dict[str, float] = {}  # kind -> the wait after its next loss
 
 
@@ -223,7 +224,7 @@ def note_time(kind: str, threads: int, seconds: float, nbytes: int) -> None:
         _verdict[kind] = won
         if not won:
             wait = _retry_wait.get(kind, AUTO_RETRY_S)
-            _retry_at[kind] = time.monotonic() + wait
+            _retry_at[kind] = _clock() + wait
             _retry_wait[kind] = min(2.0 * wait, AUTO_RETRY_MAX_S)
 
 

@@ -462,7 +462,11 @@ def test_auto_calibration_keeps_threads_only_where_they_win(monkeypatch, threads
     monkeypatch.setattr(J, "_retry_at", {})
     monkeypatch.setattr(J, "_retry_wait", {})
     clock = [1000.0]
-    monkeypatch.setattr(J.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(J, "_clock", lambda: clock[0])
+    # 4 calls a side, 2 of them warm-up: the verdict rests on the 2 kept, so a warm-up
+    # call that counted would flip it
+    monkeypatch.setattr(J, "AUTO_TRIALS", 4)
+    monkeypatch.setattr(J, "AUTO_WARMUP", 2)
     monkeypatch.setattr(J, "_CORES", 2)
     monkeypatch.setattr(J, "_last_region", [float("-inf"), 1.0])
     monkeypatch.setattr(numba, "get_num_threads", lambda: 2)
