@@ -143,7 +143,10 @@ def test_rate_limiter_with_a_writer_slowed_2x(writers):
     runs = [w.run.remote(replay, k, ROWS, BATCH, 0.02 * (k + 1)) for k, w in enumerate(writers)]
     steps = _learn_until_done(replay, runs, 250, 0.0)
     secs = ray.get(runs)
-    assert secs[1] > 1.5 * secs[0] * 0.9  # writer 1 really was the slow one
+    # writer 1 sleeps twice as long per batch (0.04 s against 0.02 s); the two writers'
+    # elapsed times are not compared, since the limiter can hold writer 0 back to the
+    # learner's pace (CI on 2 cores: 0.82 s against 0.96 s once), and the band is the point
+    assert secs[1] >= (ROWS // BATCH) * 0.04
     _check_band(replay, lim)
     st = replay.stats()
     assert [s["inserted"] for s in st] == [ROWS, ROWS]
