@@ -29,7 +29,7 @@ from numba import prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from numbatraj._jit import njit_kernel, njit_parallel
+from numbatraj._jit import STREAM_PREFETCH_LOCALITY, njit_kernel, njit_parallel
 
 __all__ = [
     "CHECK_BLOCK",
@@ -54,7 +54,8 @@ def _row_pointer(builder, ary, row):  # type: ignore[no-untyped-def]
 
 
 def _prefetch_row_typer(typingctx, arr, row):  # type: ignore[no-untyped-def]
-    """Prefetch (read, keep in all levels) the first and last byte of ``arr[row, :]``."""
+    """Prefetch (for reading, with :data:`numbatraj._jit.STREAM_PREFETCH_LOCALITY`) the first
+    and last byte of ``arr[row, :]``."""
     sig = types.void(arr, types.intp)
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
@@ -63,8 +64,9 @@ def _prefetch_row_typer(typingctx, arr, row):  # type: ignore[no-untyped-def]
         fnty = ir.FunctionType(ir.VoidType(), [_I8P, _I32, _I32, _I32])
         fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
         last = builder.gep(p, [builder.sub(stride, ir.Constant(stride.type, 1))])
-        builder.call(fn, [p, _I32(0), _I32(3), _I32(1)])
-        builder.call(fn, [last, _I32(0), _I32(3), _I32(1)])
+        loc = _I32(STREAM_PREFETCH_LOCALITY)
+        builder.call(fn, [p, _I32(0), loc, _I32(1)])
+        builder.call(fn, [last, _I32(0), loc, _I32(1)])
         return context.get_dummy_value()
 
     return sig, codegen

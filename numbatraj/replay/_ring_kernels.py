@@ -26,7 +26,7 @@ from numba import prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from numbatraj._jit import njit_kernel, njit_parallel
+from numbatraj._jit import STREAM_PREFETCH_LOCALITY, njit_kernel, njit_parallel
 
 __all__ = [
     "word_dtype",
@@ -161,7 +161,7 @@ def _byte_pointer(builder, context, aty, ary, off):  # type: ignore[no-untyped-d
 def _prefetch_typer_of(locality: int):  # type: ignore[no-untyped-def]
     """An intrinsic prefetching (for reading) the line holding byte ``off`` of ``arr``'s data,
     with LLVM's ``locality`` hint: 3 is ``prefetcht0`` (every cache level), 1 is
-    ``prefetcht2`` (on Intel cores: into L2, not L1)."""
+    ``prefetcht2`` (on x86-64: into L2, not L1)."""
 
     def typer(typingctx, arr, off):  # type: ignore[no-untyped-def]
         sig = types.void(arr, types.intp)
@@ -176,19 +176,6 @@ def _prefetch_typer_of(locality: int):  # type: ignore[no-untyped-def]
         return sig, codegen
 
     return typer
-
-
-def _host_vendor() -> str:
-    """``vendor_id`` of the first CPU in ``/proc/cpuinfo`` (``GenuineIntel``,
-    ``AuthenticAMD``), or ``""`` where there is none to read."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("vendor_id"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
 
 
 def _copy_line_typer(typingctx, dst, doff, src, soff):  # type: ignore[no-untyped-def]
@@ -280,15 +267,8 @@ def _store_fence_typer(typingctx):  # type: ignore[no-untyped-def]
     return sig, codegen
 
 
-#: The wide-row copy's prefetch hint, by vendor.  Measured (512 random 3x84x84 uint8 rows
-#: of a 423 MB column, next_of pairs, one thread, three runs of 101 interleaved rounds, the
-#: shipped copy with each hint): on an Intel Xeon (Emerald Rapids, KVM) ``prefetcht2``
-#: 1,307-1,337 us, ``prefetcht0`` 1,407-1,439 us, no software prefetch 1,354-1,389 us (a
-#: ``prefetcht0`` holds one of the L1's few fill buffers until its line arrives, an L2
-#: prefetch does not).  On AMD Zen 4 and later ``prefetcht1``/``t2`` go to L2 and are
-#: reported to be dropped at times, and the ``prefetcht0`` copy was measured at the memcpy
-#: floor there (:func:`gather_wide_rows_cpu`), so AMD and every other vendor keep it.
-WIDE_PREFETCH_LOCALITY = 1 if _host_vendor() == "GenuineIntel" else 3
+#: The wide-row copy's prefetch hint (:data:`numbatraj._jit.STREAM_PREFETCH_LOCALITY`).
+WIDE_PREFETCH_LOCALITY = STREAM_PREFETCH_LOCALITY
 _prefetch: Any = intrinsic(_prefetch_typer_of(3))
 _prefetch_wide: Any = intrinsic(_prefetch_typer_of(WIDE_PREFETCH_LOCALITY))
 _copy_line: Any = intrinsic(_copy_line_typer)

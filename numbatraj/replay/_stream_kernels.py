@@ -257,18 +257,14 @@ def _move_n_typer(nbytes):  # type: ignore[no-untyped-def]
     return typer
 
 
-#: The record gathers' prefetch hint: the wide-row copy's (``_ring_kernels``), by vendor.
-#: Measured for ``gather_record_cols_cpu`` (4096 random 168-byte records of a 168 MB ring,
-#: one process, the kernel compiled with each hint, 300 interleaved rounds, three runs) on
-#: the Intel Xeon VM: ``prefetcht2`` 170 / 175 / 267 us, ``prefetcht1`` 172 / 175 / 269 us,
-#: ``prefetcht0`` 195 / 199 / 298 us (the runs minutes apart on a host whose speed drifts;
-#: within a run the order held every time).
+#: The record gathers' prefetch hint: the wide-row copy's
+#: (:data:`numbatraj._jit.STREAM_PREFETCH_LOCALITY`, where the measurements are).
 RECORD_PREFETCH_LOCALITY = WIDE_PREFETCH_LOCALITY
 
 
 def _prefetch_at_typer(typingctx, addr):  # type: ignore[no-untyped-def]
     """Prefetch (for reading) the line holding the address ``addr``, with the hint
-    :data:`RECORD_PREFETCH_LOCALITY` (3: every cache level; 1: L2 on Intel cores)."""
+    :data:`RECORD_PREFETCH_LOCALITY` (3: every cache level; 1: L2 on x86-64)."""
     sig = types.void(types.intp)
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
