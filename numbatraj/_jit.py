@@ -183,26 +183,26 @@ def parallel_threads(nbytes: int, *, auto: str | None = None) -> int:
 
 #: Calls of each kind timed per side before an auto kernel's verdict, of which the first
 #: :data:`AUTO_WARMUP` of each side are dropped, and how much faster per byte the threads
-#: must be.  Why two dropped: right after a replay is filled its first draws run slow for a
-#: few calls on both sides (pages, TLB, the thread pool's start), and a verdict from them
-#: is noise.  Measured (256 3x84x84 rows, one column, AMD EPYC VM, fresh process): serial
-#: 3,345 / 1,147 / 873 / 723 / 907 us, threaded 11,698 / 1,536 / 972 / 640 / 522 us, so
-#: the old rule (5 a side, one dropped, medians) kept the serial kernel, which then ran
-#: 1,029-1,086 us per draw against 826 us on both cores; later calibrations in the same
-#: process measured 454-616 us serial and 304-580 us threaded.  The sides are compared by
-#: their lower quartile, not the median: another task or the hypervisor only ever adds
-#: time to a call, and with gains near :data:`AUTO_MIN_GAIN` the medians of a few calls
-#: decide by noise.  With this rule, five fresh processes of the draw above all kept the
-#: threads (lower quartiles 1.40-1.85x apart).
-AUTO_TRIALS = 9
-AUTO_WARMUP = 2
+#: must be.  Why four dropped: right after a replay is filled its first draws run slow for
+#: a few calls on both sides (pages, TLB, the thread pool's start; the threaded side for
+#: longer), and a verdict from them is noise.  Measured (256 3x84x84 rows, one column, AMD
+#: EPYC VM, fresh processes): serial 3,345 / 1,147 / 873 / 723 / 907 us, threaded 11,698 /
+#: 1,536 / 972 / 640 / 522 us, so the first rule (5 a side, one dropped, medians) kept the
+#: serial kernel, which then ran 1,029-1,086 us per draw against 826 us on both cores; with
+#: 9 a side, two dropped, one fresh process in six still lost (threaded 596 / 514 / 571 us
+#: before settling at 410-460).  The sides are compared by their lower quartile, not the
+#: median: another task or the hypervisor only ever adds time to a call, and with gains
+#: near :data:`AUTO_MIN_GAIN` the medians of a few calls decide by noise.  With this rule
+#: six fresh processes all kept the threads (lower quartiles 1.32-1.60x apart).
+AUTO_TRIALS = 12
+AUTO_WARMUP = 4
 AUTO_MIN_GAIN = 1.15
 #: After the threads lose a calibration, the kind stays serial for this long, then measures
 #: again; each further loss doubles the wait, up to :data:`AUTO_RETRY_MAX_S`.  A verdict
 #: from one moment (a host busy with another virtual machine, say) does not bind the
 #: process for good, and a machine where the threads never win pays one calibration (about
 #: 2 x AUTO_TRIALS calls, half of them threaded) per wait.
-AUTO_RETRY_S = 30.0
+AUTO_RETRY_S = 10.0
 AUTO_RETRY_MAX_S = 960.0
 _verdict: dict[str, bool] = {}  # kind -> the threaded kernel won on this machine
 _trials: dict[str, tuple[list[float], list[float]]] = {}  # kind -> (serial, threaded) s/byte
