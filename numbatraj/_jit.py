@@ -74,6 +74,11 @@ PARALLEL_LOCK = threading.Lock()
 
 njit_kernel = numba.njit(cache=True, nogil=True)
 
+njit_parallel = numba.njit(cache=True, nogil=True, parallel=True)
+
+#: x86-64 (the streaming stores and the ``prefetcht2`` hint exist there)
+X86_64 = platform.machine().lower() in ("x86_64", "amd64")
+
 #: LLVM's locality hint for the software prefetches of the memory-bound gathers (the
 #: column gather's rows, a replay's records and its wide rows): 1 (``prefetcht2`` on
 #: x86-64, into L2, which holds none of the L1's few fill buffers until the line arrives),
@@ -86,8 +91,7 @@ njit_kernel = numba.njit(cache=True, nogil=True)
 #: 178-186 / 2,614-2,694 us against 191-198 / 2,916-2,966 us (two runs).  ``prefetcht1``
 #: measured as ``t2`` on both.  The sum-tree's prefetches keep every level (the hint made
 #: no difference there: 702 vs 724 us a prioritized step at 2^24 on the AMD VM).
-STREAM_PREFETCH_LOCALITY = 1 if platform.machine().lower() in ("x86_64", "amd64") else 3
-njit_parallel = numba.njit(cache=True, nogil=True, parallel=True)
+STREAM_PREFETCH_LOCALITY = 1 if X86_64 else 3
 
 
 def device_twin(fn: Callable[..., Any], **names: Any) -> Callable[..., Any]:

@@ -16,7 +16,6 @@ Kernels take arrays and scalars only, assume valid input, never allocate and nev
 
 from __future__ import annotations
 
-import platform
 from typing import Any
 
 import numba
@@ -26,7 +25,7 @@ from numba import prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from numbatraj._jit import STREAM_PREFETCH_LOCALITY, njit_kernel, njit_parallel
+from numbatraj._jit import STREAM_PREFETCH_LOCALITY, X86_64, njit_kernel, njit_parallel
 
 __all__ = [
     "word_dtype",
@@ -267,10 +266,8 @@ def _store_fence_typer(typingctx):  # type: ignore[no-untyped-def]
     return sig, codegen
 
 
-#: The wide-row copy's prefetch hint (:data:`numbatraj._jit.STREAM_PREFETCH_LOCALITY`).
-WIDE_PREFETCH_LOCALITY = STREAM_PREFETCH_LOCALITY
 _prefetch: Any = intrinsic(_prefetch_typer_of(3))
-_prefetch_wide: Any = intrinsic(_prefetch_typer_of(WIDE_PREFETCH_LOCALITY))
+_prefetch_wide: Any = intrinsic(_prefetch_typer_of(STREAM_PREFETCH_LOCALITY))  # the gathers' hint
 _copy_line: Any = intrinsic(_copy_line_typer)
 _copy_bytes: Any = intrinsic(_copy_bytes_typer)
 _address: Any = intrinsic(_address_typer)
@@ -279,7 +276,7 @@ _move1, _move2, _move4, _move8, _move16, _move32, _move64 = (
 _copy_line_nt: Any = intrinsic(_copy_line_nt_typer)
 _store_fence: Any = intrinsic(_store_fence_typer)
 #: streaming stores (and the fence they need) exist on x86-64; elsewhere plain copies
-STREAM_STORES = platform.machine().lower() in ("x86_64", "amd64")
+STREAM_STORES = X86_64
 
 
 #: Rows whose lines :func:`gather_rows_cpu` prefetches ahead of the row it copies.

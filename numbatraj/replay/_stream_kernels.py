@@ -24,10 +24,10 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from numbatraj._jit import device_twin, njit_kernel
+from numbatraj._jit import STREAM_PREFETCH_LOCALITY, device_twin, njit_kernel
 from numbatraj.replay._lanes import BETA, CURSOR, DRAW, N_DEMO, SIZE, per_lane, window_start
 from numbatraj.replay._quantize_kernels import dequantize
-from numbatraj.replay._ring_kernels import WIDE_PREFETCH_LOCALITY, _address, physical_row
+from numbatraj.replay._ring_kernels import _address, physical_row
 from numbatraj.samplers.kernels import philox_index, philox_uniform
 
 __all__ = [
@@ -257,21 +257,17 @@ def _move_n_typer(nbytes):  # type: ignore[no-untyped-def]
     return typer
 
 
-#: The record gathers' prefetch hint: the wide-row copy's
-#: (:data:`numbatraj._jit.STREAM_PREFETCH_LOCALITY`, where the measurements are).
-RECORD_PREFETCH_LOCALITY = WIDE_PREFETCH_LOCALITY
-
-
 def _prefetch_at_typer(typingctx, addr):  # type: ignore[no-untyped-def]
     """Prefetch (for reading) the line holding the address ``addr``, with the hint
-    :data:`RECORD_PREFETCH_LOCALITY` (3: every cache level; 1: L2 on x86-64)."""
+    :data:`numbatraj._jit.STREAM_PREFETCH_LOCALITY` (3: every cache level; 1: L2 on
+    x86-64)."""
     sig = types.void(types.intp)
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         fnty = ir.FunctionType(ir.VoidType(), [_I8P, _I32, _I32, _I32])
         fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
         builder.call(fn, [builder.inttoptr(args[0], _I8P), _I32(0),
-                          _I32(RECORD_PREFETCH_LOCALITY), _I32(1)])
+                          _I32(STREAM_PREFETCH_LOCALITY), _I32(1)])
         return context.get_dummy_value()
 
     return sig, codegen
