@@ -111,6 +111,25 @@ def device_twin(fn: Callable[..., Any], **names: Any) -> Callable[..., Any]:
 #: ``set_num_threads(n > 1)``: below it one thread with prefetching finishes before a
 #: fork/join would pay for itself.
 PARALLEL_MIN_BYTES = 4 << 20
+#: Auto kinds that pay for a parallel region from fewer bytes than
+#: :data:`PARALLEL_MIN_BYTES` (the smaller of the two holds): a replay's record gather reads
+#: 3-4 scattered cache lines per 168-byte row, each of them a miss (and, in a virtual
+#: machine, a TLB walk), so it is bound by the misses one core keeps in flight, not by the
+#: bytes.  Measured on a 2-core Intel Xeon VM, idle, 168-byte records of a 168 MB ring,
+#: fresh random rows each call, medians of three rounds, serial / two threads: 512 rows
+#: 34-41 / 36-44 us, 1024 rows 69-71 / 55-60 us, 2048 rows 109-137 / 87-94 us, 4096 rows
+#: 223-233 / 166-167 us.
+AUTO_MIN_BYTES: dict[str, int] = {"replay record gather": 256 << 10}
+
+
+def min_bytes(auto: str | None) -> int:
+    """Bytes from which kernel kind ``auto`` (None: a kernel that is not an auto kind) may
+    start a parallel region: :data:`PARALLEL_MIN_BYTES`, or the kind's own smaller floor
+    (:data:`AUTO_MIN_BYTES`)."""
+    if auto is None:
+        return PARALLEL_MIN_BYTES
+    return min(PARALLEL_MIN_BYTES, AUTO_MIN_BYTES.get(auto, PARALLEL_MIN_BYTES))
+
 
 _explicit: int | None = None  # the n of the last set_num_threads(n), None until called
 
@@ -121,14 +140,15 @@ def set_num_threads(n: int | None) -> None:
     By default (and after ``set_num_threads(None)``) the host kernels run on the calling
     thread, except the memory-bound gathers (``ResidentColumn.gather``, the gathers of a
     ``StoreReplay``'s columns stored apart, such as pixel observations) of at least
-    :data:`PARALLEL_MIN_BYTES`: those also take every core that is free at the moment of the
+    :data:`PARALLEL_MIN_BYTES`, and a ``StoreReplay``'s record gather (its low-dim columns)
+    of at least 256 KiB (:data:`AUTO_MIN_BYTES`): those also take every core that is free at the moment of the
     call (:func:`free_cores`, read from the run queue each time), so on a busy machine they
     stay serial.  Measured on a 2-core Intel VM: 256 3x84x84 ``next_of`` pairs 1.0-1.06 ms
     with both cores free against 1.6 ms serial; with a busy loop per core plus one, never
     parallel.  A parallel region started while a core is busy waits for it: 4096 pixel
     rows ran 1.5-1.8x slower than the serial kernel that way (docs/residency.md, "Threads").
     ``set_num_threads(1)`` keeps every kernel serial.  ``set_num_threads(n)`` with ``n > 1``
-    says the cores are yours: batches of at least :data:`PARALLEL_MIN_BYTES` then run on
+    says the cores are yours: batches of at least those sizes then run on
     ``n`` threads whatever the load (the store digests too).  ``n`` is at most
     ``NUMBA_NUM_THREADS``; like Numba's, the count is per calling thread.
 
@@ -155,14 +175,14 @@ def parallel_threads(nbytes: int, *, auto: str | None = None) -> int:
     """Threads a host kernel moving ``nbytes`` should use; 1 means the serial kernel.
 
     After ``set_num_threads(n > 1)``: ``n`` (at most Numba's count) from
-    :data:`PARALLEL_MIN_BYTES` up.  By default: 1, except for a caller naming its kernel in
-    ``auto`` (the memory-bound gathers): from :data:`PARALLEL_MIN_BYTES` up, one thread per
+    :func:`min_bytes` up.  By default: 1, except for a caller naming its kernel in
+    ``auto`` (the memory-bound gathers): from :func:`min_bytes` up, one thread per
     core that is free right now (:func:`free_cores`), once this process has measured that
     kernel faster on threads than alone (:func:`note_time`); a busy machine, or one where
     the threads did not win, keeps the serial kernel (a lost verdict is measured again
     after :data:`AUTO_RETRY_S`).
     """
-    if nbytes < PARALLEL_MIN_BYTES:
+    if nbytes < min_bytes(auto):
         return 1
     top = int(numba.get_num_threads())
     if _explicit is None:
@@ -251,7 +271,7 @@ def calibrating(kind: str, nbytes: int) -> bool:
     """Whether a call of auto kernel ``kind`` moving ``nbytes`` is one :func:`note_time`
     wants timed (its verdict open, the batch large enough, no explicit thread count): the
     callers skip the clock otherwise, so a small gather pays nothing for the policy."""
-    return nbytes >= PARALLEL_MIN_BYTES and _explicit is None and kind not in _verdict
+    return nbytes >= min_bytes(kind) and _explicit is None and kind not in _verdict
 
 
 def auto_verdicts() -> dict[str, bool]:

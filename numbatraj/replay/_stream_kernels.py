@@ -39,6 +39,7 @@ __all__ = [
     "nstep_kept_cols_cpu",
     "nstep_kept_targets_cpu",
     "gather_record_cols_cpu",
+    "gather_record_cols_par_cpu",
     "nstep_row_py",
     "next_rows_cpu",
     "stack_rows_cpu",
@@ -796,6 +797,24 @@ def nstep_kept_targets_cpu(idx, coff, roff, powers, ring_base, ring_cap, n_envs,
 RECORD_AHEAD = 48
 
 
+@_inline
+def _record_cols_run(rec, idx, lo, hi, tab, addrs, blk):  # type: ignore[no-untyped-def]
+    """Lanes ``[lo, hi)`` of :func:`gather_record_cols_cpu` through the lane block at the
+    address ``blk`` (``addrs`` already holds the outputs' addresses)."""
+    rb = rec.shape[1] * rec.itemsize
+    base = _address(rec)
+    for i in range(lo - RECORD_AHEAD, hi):
+        a = i + RECORD_AHEAD
+        if lo <= a < hi:
+            _prefetch_span(base + idx[a] * rb, rb)
+        if i < lo:
+            continue
+        j = (i - lo) % NSTEP_BLOCK
+        _move_bytes(blk + j * rb, base + idx[i] * rb, rb)
+        if j == NSTEP_BLOCK - 1 or i == hi - 1:  # the block's lanes out, column by column
+            _block_out(tab, addrs, blk, blk, rb, i - j, j + 1)
+
+
 @njit_kernel
 def gather_record_cols_cpu(rec, idx, tab, outs, addrs, block):  # type: ignore[no-untyped-def]
     """The columns of the records ``idx`` of ``rec`` (uint64 ``(capacity, W)``) straight
@@ -810,23 +829,29 @@ def gather_record_cols_cpu(rec, idx, tab, outs, addrs, block):  # type: ignore[n
     a scratch of ``B`` records (beyond L1 at 4096 lanes) and copying each column out of it
     with a kernel call per column.  Returns 0.
     """
+    for c in range(tab.shape[0]):
+        addrs[c] = _address(outs[c])
+    _record_cols_run(rec, idx, 0, idx.shape[0], tab, addrs, _address(block))
+    return 0
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def gather_record_cols_par_cpu(rec, idx, tab, outs, addrs, block, n_parts):  # type: ignore[no-untyped-def]
+    """:func:`gather_record_cols_cpu` split into ``n_parts`` contiguous runs of lanes, one
+    per thread of a parallel region, each with its own :data:`NSTEP_BLOCK` rows of
+    ``block`` (uint64 ``(n_parts * NSTEP_BLOCK, W)``) and its own prefetches.  The draw is
+    bound by the record misses one core keeps in flight; a second core doubles them.
+    Measured (Intel Xeon VM, idle, 168-byte records of a 168 MB ring, fresh random rows
+    each call): 4096 lanes 166-218 us on two threads against 223-284 us on one; 1024 lanes
+    55-60 against 69-71 us; 512 lanes even.  Returns 0."""
+    for c in range(tab.shape[0]):
+        addrs[c] = _address(outs[c])
     b = idx.shape[0]
     rb = rec.shape[1] * rec.itemsize
-    base = _address(rec)
-    nc = tab.shape[0]
-    for c in range(nc):
-        addrs[c] = _address(outs[c])
-    blk = _address(block)
-    for i in range(-RECORD_AHEAD, b):
-        a = i + RECORD_AHEAD
-        if a < b:
-            _prefetch_span(base + idx[a] * rb, rb)
-        if i < 0:
-            continue
-        j = i % NSTEP_BLOCK
-        _move_bytes(blk + j * rb, base + idx[i] * rb, rb)
-        if j == NSTEP_BLOCK - 1 or i == b - 1:  # the block's lanes out, column by column
-            _block_out(tab, addrs, blk, blk, rb, i - j, j + 1)
+    for p0 in numba.prange(n_parts):
+        p = np.int64(p0)
+        _record_cols_run(rec, idx, b * p // n_parts, b * (p + 1) // n_parts, tab, addrs,
+                         _address(block) + p * NSTEP_BLOCK * rb)
     return 0
 
 

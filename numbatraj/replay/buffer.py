@@ -33,6 +33,8 @@ __all__ = ["StoreReplay"]
 
 
 _RECORD_GATHER_MAX = 1 << 16  # rows; larger gathers go column by column (no scratch)
+#: the thread policy's kind for the record gather (``numbatraj._jit.AUTO_MIN_BYTES``)
+_RECORD_KIND = "replay record gather"
 #: bytes of records a batch add assembles in a scratch first (``StoreReplay._put``): from
 #: 16 KiB (below, the extra copy's call costs what it saves) to 1 MiB (an L2 cache).
 #: Measured, 168-byte records, add of n rows staged / direct (interleaved, load 6): n = 64
@@ -440,6 +442,8 @@ class StoreReplay(ReplayFront):
                 np.zeros(len(with_bytes), dtype=np.int64),
                 np.zeros((_sk.NSTEP_BLOCK, rb // 8), dtype=np.uint64),
             )
+        #: threads -> the parallel record gather's lane blocks (NSTEP_BLOCK rows a thread)
+        self._par_blocks: dict[int, np.ndarray] = {}
         #: batch adds assemble the narrow columns' records in a scratch first (``_put``),
         #: unless one of them is quantised (written by its kernel straight into the ring)
         staged = [n for n in narrow if self._cols.row_elems(n)]
@@ -810,13 +814,35 @@ class StoreReplay(ReplayFront):
             outs = [outputs[n] for n in cg[0]]
             if all(o.flags.c_contiguous for o in outs):
                 # each lane's record into an L1 block, its columns out every 32 lanes
-                _sk.gather_record_cols_cpu(self._rec, idx, cg[1],
-                                           tuple([o.ravel().view(_U8) for o in outs]),
-                                           cg[2], cg[3])
+                self._record_cols(idx, cg, tuple([o.ravel().view(_U8) for o in outs]))
                 return
         recs, cols, ident = self._gather_buffers(b)
         _rk.gather_rows_cpu(self._rec, idx, recs)  # whole records: the scattered reads
         self._copy_out(cols, self._narrow, outputs, b, ident)  # then the columns, from cache
+
+    def _record_cols(self, idx: np.ndarray, cg: tuple[Any, ...], outs: tuple[Any, ...]) -> None:
+        """The record gather into the narrow columns' outputs (``_sk.gather_record_cols_cpu``),
+        on the threads :func:`numbatraj._jit.parallel_threads` gives its kind (256 KiB of
+        records and more, cores free, threads measured faster here), else serial."""
+        b = idx.shape[0]
+        nbytes = b * self._row_bytes
+        threads = parallel_threads(nbytes, auto=_RECORD_KIND)
+        if threads > 1 and b < 2 * threads * _sk.NSTEP_BLOCK:
+            threads = 1
+        timed = calibrating(_RECORD_KIND, nbytes)
+        t0 = time.perf_counter() if timed else 0.0
+        if threads > 1:
+            block = self._par_blocks.get(threads)
+            if block is None:
+                block = np.zeros((threads * _sk.NSTEP_BLOCK, self._row_bytes // 8),
+                                 dtype=np.uint64)
+                self._par_blocks[threads] = block
+            parallel_call(_sk.gather_record_cols_par_cpu, threads, self._rec, idx, cg[1], outs,
+                          cg[2], block, threads)
+        else:
+            _sk.gather_record_cols_cpu(self._rec, idx, cg[1], outs, cg[2], cg[3])
+        if timed:
+            note_time(_RECORD_KIND, threads, time.perf_counter() - t0, nbytes)
 
     def _new_outputs(self, b: int) -> dict[str, np.ndarray]:
         return block_outputs({n: (self._cols.sample_dtype(n), (b, *s.shape))

@@ -1,0 +1,118 @@
+"""The record gather of a StoreReplay's narrow columns on Numba's threads
+(``_stream_kernels.gather_record_cols_par_cpu``) against plain NumPy indexing, and the
+thread policy's floor for its kind."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+
+import numbatraj
+import numbatraj._jit as J
+from numbatraj.data.column import ColumnSpec
+from numbatraj.replay import StoreReplay
+from numbatraj.replay import _stream_kernels as sk
+
+KIND = "replay record gather"
+
+
+def _cols() -> list[ColumnSpec]:
+    # 68 + 68 + 24 + 4 + 1 bytes: records of 168 bytes, 3-4 cache lines, odd column sizes
+    return [ColumnSpec("obs", np.float32, (17,)), ColumnSpec("action", np.float32, (6,)),
+            ColumnSpec("reward", np.float32, ()), ColumnSpec("next_obs", np.float32, (17,)),
+            ColumnSpec("done", np.bool_, ())]
+
+
+def _rows(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
+    return {"obs": rng.standard_normal((n, 17)).astype(np.float32),
+            "action": rng.standard_normal((n, 6)).astype(np.float32),
+            "reward": rng.standard_normal(n).astype(np.float32),
+            "next_obs": rng.standard_normal((n, 17)).astype(np.float32),
+            "done": rng.random(n) < 0.1}
+
+
+@pytest.fixture
+def on_threads(monkeypatch):
+    """Every record gather of at least 64 lanes takes the parallel kernel on all of
+    Numba's threads; yields the list of its calls' part counts."""
+    top = int(numba.config.NUMBA_NUM_THREADS)
+    if top < 2:
+        pytest.skip("one Numba thread: no parallel path to take")
+    calls: list[int] = []
+    real = sk.gather_record_cols_par_cpu
+    monkeypatch.setattr(sk, "gather_record_cols_par_cpu",
+                        lambda *a: calls.append(a[-1]) or real(*a))
+    monkeypatch.setattr(J, "AUTO_MIN_BYTES", {KIND: 0})
+    numbatraj.set_num_threads(top)
+    try:
+        yield calls
+    finally:
+        numbatraj.set_num_threads(None)
+
+
+@pytest.mark.parametrize("b", [64, 65, 127, 1000, 4096])
+def test_record_gather_on_threads_matches_numpy(on_threads, b):
+    """sample / sample_into on threads: every column equal to indexing what was added
+    (bit for bit), over a wrapped ring, for batch sizes that split unevenly."""
+    rng = np.random.default_rng(b)
+    cap = 3000
+    rep = StoreReplay(_cols(), cap, seed=b)
+    rows = _rows(rng, cap + 777)
+    rep.add(**rows)  # wraps: the first 777 rows are overwritten
+    held = {k: v[777:] for k, v in rows.items()}
+    order = rep.time_order()  # physical rows, oldest first
+    logical = np.empty(cap, dtype=np.int64)
+    logical[order] = np.arange(cap)
+    out, batch = rep.sample(b)
+    into = {k: np.full_like(v, 7) for k, v in out.items()}
+    batch2 = rep.sample_into(into, b)
+    for got, bt in ((out, batch), (into, batch2)):
+        want_rows = logical[bt.indices]
+        for k, v in held.items():
+            assert got[k].dtype == v.dtype and got[k].shape == (b, *v.shape[1:])
+            assert np.array_equal(got[k].view(np.uint8), v[want_rows].view(np.uint8)), k
+    top = int(numba.config.NUMBA_NUM_THREADS)
+    want = [top, top] if b >= 2 * top * sk.NSTEP_BLOCK else []
+    assert on_threads == want
+
+
+def test_record_gather_threads_and_serial_agree(on_threads):
+    """The parallel and the serial kernel on the same rows give the same bytes."""
+    rng = np.random.default_rng(5)
+    rep = StoreReplay(_cols(), 5000, seed=5)
+    rep.add(**_rows(rng, 5000))
+    idx = rng.integers(0, 5000, 2049)
+    threaded = {k: np.empty((idx.size, *v.shape[1:]), v.dtype)
+                for k, v in _rows(rng, 1).items()}
+    rep._gather(idx, threaded)
+    numbatraj.set_num_threads(1)
+    serial = {k: np.empty_like(v) for k, v in threaded.items()}
+    rep._gather(idx, serial)
+    assert on_threads  # the first gather ran on threads
+    for k in threaded:
+        assert np.array_equal(threaded[k].view(np.uint8), serial[k].view(np.uint8)), k
+
+
+def test_record_kind_has_its_own_floor(monkeypatch):
+    """The record gather may go parallel from AUTO_MIN_BYTES[kind] (below the global
+    PARALLEL_MIN_BYTES); other kinds and non-auto callers keep the global floor; the smaller
+    of the two holds (a test that sets the global floor to 0 reaches every kind)."""
+    top = int(numba.config.NUMBA_NUM_THREADS)
+    floor = J.AUTO_MIN_BYTES[KIND]
+    assert 0 < floor < J.PARALLEL_MIN_BYTES
+    assert J.min_bytes(KIND) == floor
+    assert J.min_bytes("replay wide gather") == J.min_bytes(None) == J.PARALLEL_MIN_BYTES
+    try:
+        numbatraj.set_num_threads(top)
+        assert J.parallel_threads(floor - 1, auto=KIND) == 1
+        assert J.parallel_threads(floor, auto=KIND) == top
+        assert J.parallel_threads(floor, auto="replay wide gather") == (
+            top if floor >= J.PARALLEL_MIN_BYTES else 1)
+        assert J.parallel_threads(floor) == 1
+    finally:
+        numbatraj.set_num_threads(None)
+    assert J.calibrating(KIND, floor) == (KIND not in J.auto_verdicts())
+    assert not J.calibrating(KIND, floor - 1)
+    monkeypatch.setattr(J, "PARALLEL_MIN_BYTES", 0)
+    assert J.min_bytes(KIND) == 0 and J.min_bytes(None) == 0
