@@ -111,14 +111,15 @@ bench: $(STAMP)
 # The peers that need a torch or jax of their own (TorchRL on torch 2.14.1, flashbax on jax,
 # CPU): a venv of theirs with numbatraj from this checkout; bench/test_peers.py times them
 # beside StoreReplay in one process, bench/torchrl_slice.py writes the SliceSampler figure
-# that bench/test_replay.py's sequences table reads.
+# that bench/test_replay.py's sequences table reads.  numbatraj goes in with its torch extra
+# (TBB, Numba's threading layer there, as for a user of numbatraj[torch]; torch 2.14.1 stays).
 PEERS_VENV := build/torchrl-venv
 bench-peers:
 	test -f $(PEERS_VENV)/.peers-installed || { rm -rf $(PEERS_VENV) && \
 	    python3.11 -m venv $(PEERS_VENV) && \
 	    $(PEERS_VENV)/bin/python -m pip install --quiet torch==2.14.1 torchrl flashbax jax && \
 	    touch $(PEERS_VENV)/.peers-installed; }
-	$(PEERS_VENV)/bin/python -m pip install --quiet -e ".[bench]" pytest pytest-benchmark
+	$(PEERS_VENV)/bin/python -m pip install --quiet -e ".[bench,torch]" pytest pytest-benchmark
 	mkdir -p bench/results/peers
 	NUMBA_CACHE_DIR=$(CURDIR)/build/numba-cache-peers NUMBATRAJ_BENCH_RESULTS=bench/results/peers \
 	    $(PEERS_VENV)/bin/python -m pytest bench/test_peers.py --benchmark-only -s -p no:cacheprovider

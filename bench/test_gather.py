@@ -1,7 +1,8 @@
 """Host gather per core and under load against ``np.take`` (issue 14).
 
-For a walker column (10 M x 26 float32) and a pixel column (50,000 x 3x84x84 uint8), and
-batch sizes from 32 to 65,536 rows (pixels to 4,096: a 65,536-frame batch is 1.4 GB), times
+For a walker column (10 M x 26 float32), a pixel column (50,000 x 3x84x84 uint8) and a
+replay's 168-byte records (its low-dim columns, 1 M rows), and batch sizes from 32 to 65,536
+rows (pixels to 4,096: a 65,536-frame batch is 1.4 GB), times
 ``ResidentColumn.gather(idx, out=)`` in its default configuration and with one thread
 (``numbatraj.set_num_threads(1)``, what ``NUMBA_NUM_THREADS=1`` gives) against
 ``np.take(column, idx, axis=0, out=)`` on fresh random indices, in interleaved rounds in one
@@ -83,6 +84,63 @@ def _gather_round(col: ResidentColumn, data: np.ndarray, b: int,
     }
     col.gather(idx, out=out)  # compile / warm
     return interleaved(fns, fresh, _rounds(out.nbytes))
+
+
+RECORD_BATCHES = [32, 256, 4096, 65536]
+
+
+@pytest.mark.parametrize("load", ["idle", "loaded"])
+def test_record_gather_against_np_take(load, ratios):
+    """A StoreReplay's record gather (the low-dim columns of a draw, 168-byte records of
+    ``bench/test_replay.py``'s layout: obs 17, action 6, reward, next_obs 17 float32, done)
+    into its column outputs, default and one thread, against ``np.take`` of the same
+    records (one 168-byte row each; the table's verdict) and against one ``np.take`` per
+    column of the columnar layout (cpprb's, TorchRL's), on fresh random rows, interleaved,
+    idle and loaded."""
+    from bench.test_replay import _batch, _columns
+    from numbatraj.replay import StoreReplay
+
+    cap = max(100_000, int(1_000_000 * bench_scale()))
+    rep = StoreReplay(_columns(), cap, seed=0)
+    data = _batch(cap)
+    rep.add(**data)
+    rec = rep._rec
+    rng = np.random.default_rng(2)
+    rows = {}
+    name = f"replay records ({rec.shape[1] * 8} B)"
+    with busy_machine(on=load == "loaded") as n_busy:
+        for b in RECORD_BATCHES:
+            idx = rng.integers(0, cap, b)
+            flat = np.empty((b, rec.shape[1]), rec.dtype)
+            outs = {c.name: np.empty((b, *c.shape), c.dtype) for c in _columns()}
+
+            def fresh(idx=idx):
+                idx[:] = rng.integers(0, cap, idx.shape[0])
+
+            fns = {
+                "np.take(out=)": lambda idx=idx, flat=flat: np.take(rec, idx, axis=0, out=flat),
+                # the columnar layout's gather (cpprb's, TorchRL's): one take per column
+                "np.take per column": lambda idx=idx, outs=outs: [
+                    np.take(data[k], idx, axis=0, out=outs[k]) for k in outs],
+                "numbatraj default": lambda idx=idx, outs=outs: rep._gather(idx, outs),
+                "numbatraj 1 thread": (lambda idx=idx, outs=outs: rep._gather(idx, outs),
+                                       lambda: numbatraj.set_num_threads(1),
+                                       lambda: numbatraj.set_num_threads(None)),
+            }
+            rep._gather(idx, outs)
+            med = interleaved(fns, fresh, _rounds(flat.nbytes))
+            from numbatraj import _jit
+
+            verdict = _jit.auto_verdicts().get("replay record gather")
+            note = f"{load_line()}, threads verdict {'open' if verdict is None else verdict}"
+            rows[b] = {**med, "note": note}
+            group = f"gather {b} rows of {name}, {load}"
+            ratios.record(group, "np.take(out=)", med["np.take(out=)"], baseline=True,
+                          nbytes=flat.nbytes, note=note)
+            for k in ("numbatraj default", "numbatraj 1 thread", "np.take per column"):
+                ratios.record(group, k, med[k], nbytes=flat.nbytes)
+    _RESULTS[f"{name}, {load}"] = {"busy_processes": n_busy, "rows": rows}
+    _write()
 
 
 def _write() -> None:

@@ -21,7 +21,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.test_replay import BATCH, CAP, CHUNK, SINGLE_CALLS, _batch, _columns, add1_loop
+from bench.test_replay import (BATCH, CAP, CHUNK, SINGLE_CALLS, _batch, _columns, add1_loop,
+                               record_note)
 from numbatraj.replay import StoreReplay
 
 G_ADD1 = "peers: replay add 1 transition (rows/s)"
@@ -194,7 +195,7 @@ def test_uniform_sample_numbatraj(benchmark, ratios):
     rep = _filled_numbatraj()
     rep.sample(BATCH)
     benchmark(lambda: rep.sample(BATCH))
-    _record(ratios, G_UNI, "StoreReplay.sample", benchmark, items=BATCH)
+    _record(ratios, G_UNI, "StoreReplay.sample", benchmark, items=BATCH, note=record_note())
 
 
 def _version(mod: str) -> str:

@@ -185,7 +185,7 @@ def test_uniform_sample_numbatraj(benchmark, ratios):
     rep = _filled_replay(False)
     rep.sample(BATCH)
     benchmark(lambda: rep.sample(BATCH))
-    ratios.record(G_UNI, "StoreReplay.sample", benchmark, items=BATCH)
+    ratios.record(G_UNI, "StoreReplay.sample", benchmark, items=BATCH, note=record_note())
 
 
 def test_uniform_sample_into_numbatraj(benchmark, ratios):
@@ -193,7 +193,17 @@ def test_uniform_sample_into_numbatraj(benchmark, ratios):
     outs = {c.name: np.empty((BATCH, *c.shape), c.dtype) for c in _columns()}
     rep.sample_into(outs, BATCH)
     benchmark(lambda: rep.sample_into(outs, BATCH))
-    ratios.record(G_UNI, "StoreReplay.sample_into", benchmark, items=BATCH)
+    ratios.record(G_UNI, "StoreReplay.sample_into", benchmark, items=BATCH, note=record_note())
+
+
+def record_note() -> str:
+    """What the default thread policy decided for the record gather (docs/residency.md,
+    "Threads"), to read a low-dim sample row by."""
+    from numbatraj import _jit
+
+    verdict = _jit.auto_verdicts().get("replay record gather")
+    return (f"threads verdict {'open' if verdict is None else verdict}, "
+            f"free cores after {_jit.free_cores()}")
 
 
 # ---------------------------------------------------------------------- prioritized

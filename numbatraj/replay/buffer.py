@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from numbatraj._checks import as_host_values, check_real, host_buffer
-from numbatraj._jit import calibrating, note_time, parallel_call, parallel_threads
+from numbatraj._jit import calibrating, min_bytes, note_time, parallel_call, parallel_threads
 from numbatraj.data.column import ColumnSpec
 from numbatraj.data.index_batch import IndexBatch
 from numbatraj.errors import IntegrityError, SamplerError, SchemaError
@@ -810,11 +810,14 @@ class StoreReplay(ReplayFront):
                                               out.reshape(b, e))
             return
         cg = self._cols_gather
-        if cg is not None and all(n in outputs for n in cg[0]):
-            outs = [outputs[n] for n in cg[0]]
-            if all(o.flags.c_contiguous for o in outs):
+        if cg is not None:
+            try:
+                outs = tuple([outputs[n] for n in cg[0]])
+            except KeyError:  # not every narrow column wanted: through the records scratch
+                outs = None
+            if outs is not None and all([o.flags.c_contiguous for o in outs]):
                 # each lane's record into an L1 block, its columns out every 32 lanes
-                self._record_cols(idx, cg, tuple([o.ravel().view(_U8) for o in outs]))
+                self._record_cols(idx, cg, outs)
                 return
         recs, cols, ident = self._gather_buffers(b)
         _rk.gather_rows_cpu(self._rec, idx, recs)  # whole records: the scattered reads
@@ -826,6 +829,9 @@ class StoreReplay(ReplayFront):
         records and more, cores free, threads measured faster here), else serial."""
         b = idx.shape[0]
         nbytes = b * self._row_bytes
+        if nbytes < min_bytes(_RECORD_KIND):  # small: no policy to consult, nothing to time
+            _sk.gather_record_cols_cpu(self._rec, idx, cg[1], outs, cg[2], cg[3])
+            return
         threads = parallel_threads(nbytes, auto=_RECORD_KIND)
         if threads > 1 and b < 2 * threads * _sk.NSTEP_BLOCK:
             threads = 1
