@@ -21,8 +21,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.test_replay import (BATCH, CAP, CHUNK, SINGLE_CALLS, _batch, _columns, add1_loop,
-                               record_note)
+from bench.test_replay import (
+    BATCH,
+    CAP,
+    CHUNK,
+    SINGLE_CALLS,
+    _batch,
+    _columns,
+    add1_loop,
+    record_note,
+)
 from numbatraj.replay import StoreReplay
 
 G_ADD1 = "peers: replay add 1 transition (rows/s)"
