@@ -145,12 +145,12 @@ def set_num_threads(n: int | None) -> None:
     at the moment of the call (:func:`free_cores`, read from the run queue each time), so
     on a busy machine they stay serial.  Measured on a 2-core Intel VM: 256 3x84x84
     ``next_of`` pairs 1.0-1.06 ms with both cores free against 1.6 ms serial; with a busy
-    loop per core plus one, never parallel.  A parallel region started while a core is busy waits for it: 4096 pixel
-    rows ran 1.5-1.8x slower than the serial kernel that way (docs/residency.md, "Threads").
-    ``set_num_threads(1)`` keeps every kernel serial.  ``set_num_threads(n)`` with ``n > 1``
-    says the cores are yours: batches of at least those sizes then run on
-    ``n`` threads whatever the load (the store digests too).  ``n`` is at most
-    ``NUMBA_NUM_THREADS``; like Numba's, the count is per calling thread.
+    loop per core plus one, never parallel.  A parallel region started while a core is
+    busy waits for it: 4096 pixel rows ran 1.5-1.8x slower than the serial kernel that way
+    (docs/residency.md, "Threads").  ``set_num_threads(1)`` keeps every kernel serial.
+    ``set_num_threads(n)`` with ``n > 1`` says the cores are yours: batches of at least
+    those sizes then run on ``n`` threads whatever the load (the store digests too).  ``n``
+    is at most ``NUMBA_NUM_THREADS``; like Numba's, the count is per calling thread.
 
     Raises
     ------
