@@ -38,6 +38,7 @@ __all__ = [
     "nstep_keep_cpu",
     "nstep_kept_cols_cpu",
     "nstep_kept_targets_cpu",
+    "gather_record_cols_at_cpu",
     "gather_record_cols_cpu",
     "gather_record_cols_par_cpu",
     "nstep_row_py",
@@ -841,6 +842,15 @@ def gather_record_cols_cpu(rec, idx, tab, outs, addrs, block):  # type: ignore[n
     outputs as they are: no byte views to make per call).  Returns 0.
     """
     _out_addresses(outs, addrs)
+    _record_cols_run(rec, idx, 0, idx.shape[0], tab, addrs, _address(block))
+    return 0
+
+
+@njit_kernel
+def gather_record_cols_at_cpu(rec, idx, tab, addrs, block):  # type: ignore[no-untyped-def]
+    """:func:`gather_record_cols_cpu` into the outputs whose addresses ``addrs`` already
+    holds (the outputs of the call before, passed again): a small batch then pays no
+    dispatch of the outputs' tuple.  Returns 0."""
     _record_cols_run(rec, idx, 0, idx.shape[0], tab, addrs, _address(block))
     return 0
 

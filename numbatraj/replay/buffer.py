@@ -8,10 +8,12 @@ row, and the sampler that owns the population and its random streams.
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numba
 import numpy as np
 
 from numbatraj._checks import as_host_values, check_real, host_buffer
@@ -126,6 +128,16 @@ def _record_layout(cols: ReplayColumns, names: Iterable[str] | None = None,
     walk = place(sorted(range(len(items)),
                         key=lambda k: (group(items[k][0]), -items[k][2].itemsize)))
     return walk if kept or walk[0] <= packed[0] else packed
+
+
+def _byte_view_only(dtype: np.dtype) -> bool:
+    """Whether a Numba kernel cannot take an array of ``dtype`` (float16, say): the record
+    gather then gets its byte view."""
+    try:
+        numba.from_dtype(np.dtype(dtype))
+    except (NotImplementedError, numba.core.errors.NumbaError):
+        return True
+    return dtype == np.float16  # typed by from_dtype, but no data model for arguments
 
 
 def _view(raw: np.ndarray, shape: tuple[int, ...], dtype: np.dtype, offset: int,
@@ -429,8 +441,10 @@ class StoreReplay(ReplayFront):
         self._gather_work: dict[int, tuple[Any, ...]] = {}
         #: the record gather straight into the outputs (``_sk.gather_record_cols_cpu``):
         #: names, (offset, bytes, 0) per narrow column with bytes, its address scratch and
-        #: lane block; None when a narrow column is quantised (those go through the scratch)
-        self._cols_gather: tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray] | None
+        #: lane block, which outputs go as byte views (None: none); None when a narrow
+        #: column is quantised (those go through the scratch)
+        self._cols_gather: tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray,
+                                 tuple[bool, ...] | None] | None
         self._cols_gather = None
         with_bytes = [n for n in narrow if self._cols.row_elems(n)]
         if with_bytes and not any(n in self._cols.quant for n in narrow):
@@ -441,9 +455,15 @@ class StoreReplay(ReplayFront):
                           for n in with_bytes], dtype=np.int64).reshape(-1, 3),
                 np.zeros(len(with_bytes), dtype=np.int64),
                 np.zeros((_sk.NSTEP_BLOCK, rb // 8), dtype=np.uint64),
+                # the outputs a kernel cannot take as they are (float16): their byte views
+                None if not any(_byte_view_only(self._cols.sample_dtype(n)) for n in with_bytes)
+                else tuple([_byte_view_only(self._cols.sample_dtype(n)) for n in with_bytes]),
             )
         #: threads -> the parallel record gather's lane blocks (NSTEP_BLOCK rows a thread)
         self._par_blocks: dict[int, np.ndarray] = {}
+        #: weak references to the outputs whose addresses the record gather last wrote to
+        #: ``_cols_gather[2]`` (None: none yet)
+        self._cols_last: tuple[weakref.ref[np.ndarray], ...] | None = None
         #: batch adds assemble the narrow columns' records in a scratch first (``_put``),
         #: unless one of them is quantised (written by its kernel straight into the ring)
         staged = [n for n in narrow if self._cols.row_elems(n)]
@@ -811,13 +831,28 @@ class StoreReplay(ReplayFront):
             return
         cg = self._cols_gather
         if cg is not None:
+            last = self._cols_last
+            if last is not None and b * self._row_bytes < min_bytes(_RECORD_KIND):
+                # the outputs of the call before, passed again (sample_into's, checked by
+                # the caller): their addresses are in cg[2] already
+                try:
+                    again = all([outputs[n] is r() for n, r in zip(cg[0], last)])
+                except KeyError:
+                    again = False
+                if again:
+                    _sk.gather_record_cols_at_cpu(self._rec, idx, cg[1], cg[2], cg[3])
+                    return
             try:
                 outs = tuple([outputs[n] for n in cg[0]])
             except KeyError:  # not every narrow column wanted: through the records scratch
                 outs = None
             if outs is not None and all([o.flags.c_contiguous for o in outs]):
                 # each lane's record into an L1 block, its columns out every 32 lanes
-                self._record_cols(idx, cg, outs)
+                self._cols_last = None  # cg[2] is rewritten: until it is, no outputs match
+                self._record_cols(idx, cg, outs if cg[4] is None else tuple(
+                    [o.view(_U8) if v else o for o, v in zip(outs, cg[4])]))
+                # weak: a batch sample() handed out must stay free to go (its block reused)
+                self._cols_last = tuple([weakref.ref(o) for o in outs])
                 return
         recs, cols, ident = self._gather_buffers(b)
         _rk.gather_rows_cpu(self._rec, idx, recs)  # whole records: the scattered reads

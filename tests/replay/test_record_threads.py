@@ -116,3 +116,40 @@ def test_record_kind_has_its_own_floor(monkeypatch):
     assert not J.calibrating(KIND, floor - 1)
     monkeypatch.setattr(J, "PARALLEL_MIN_BYTES", 0)
     assert J.min_bytes(KIND) == 0 and J.min_bytes(None) == 0
+
+
+def test_record_gather_outputs_passed_again_or_not():
+    """sample_into into the same outputs again (the addresses kept from the call before),
+    into other outputs, back, and sample()'s new outputs in between: every draw lands in
+    the outputs it was given, equal to indexing what was added, and the others keep what
+    they held."""
+    rng = np.random.default_rng(9)
+    rep = StoreReplay(_cols(), 500, seed=9)
+    rows = _rows(rng, 500)
+    rep.add(**rows)
+    order = rep.time_order()
+    logical = np.empty(500, dtype=np.int64)
+    logical[order] = np.arange(500)
+    b = 40
+    a_out = {k: np.empty((b, *v.shape[1:]), v.dtype) for k, v in rows.items()}
+    b_out = {k: np.empty((b, *v.shape[1:]), v.dtype) for k, v in rows.items()}
+
+    def check(out, batch):
+        for k, v in rows.items():
+            assert np.array_equal(out[k].view(np.uint8),
+                                  v[logical[batch.indices]].view(np.uint8)), k
+
+    for target in (a_out, a_out, b_out, a_out, "new", a_out, b_out, b_out):
+        before = {id(d): {k: x.copy() for k, x in d.items()} for d in (a_out, b_out)}
+        if target == "new":
+            out, batch = rep.sample(b)
+            check(out, batch)
+            del out
+            untouched = (a_out, b_out)
+        else:
+            batch = rep.sample_into(target, b)  # the replay's own batch: checked at once
+            check(target, batch)
+            untouched = (b_out,) if target is a_out else (a_out,)
+        for d in untouched:
+            for k, x in d.items():
+                assert np.array_equal(x.view(np.uint8), before[id(d)][k].view(np.uint8)), k
