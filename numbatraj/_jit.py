@@ -225,8 +225,12 @@ AUTO_MIN_GAIN = 1.15
 #: again; each further loss doubles the wait, up to :data:`AUTO_RETRY_MAX_S`.  A verdict
 #: from one moment (a host busy with another virtual machine, say) does not bind the
 #: process for good, and a machine where the threads never win pays one calibration (about
-#: 2 x AUTO_TRIALS calls, half of them threaded) per wait.
-AUTO_RETRY_S = 10.0
+#: 2 x AUTO_TRIALS calls, half of them threaded) per wait.  The first wait is short: on
+#: the Intel Xeon VM one benchmark run's pixel calibration lost to a moment of the host
+#: (threaded draws then took 1.04-1.17 ms against 1.85-1.98 ms serial), and with a 10 s
+#: wait every default draw of the next 10 s ran serial; a loss on a machine where the
+#: threads really lose costs a few threaded calls at 2, 6, 14, 30 s ... after it.
+AUTO_RETRY_S = 2.0
 AUTO_RETRY_MAX_S = 960.0
 _verdict: dict[str, bool] = {}  # kind -> the threaded kernel won on this machine
 _trials: dict[str, tuple[list[float], list[float]]] = {}  # kind -> (serial, threaded) s/byte
