@@ -696,8 +696,10 @@ class StoreReplay(ReplayFront):
         cur = self._cursor
         pos = self._d + cur
         r = self._r
-        if self._size == r and self._end_views:  # the overwritten row's end flag
-            self._cut_first[1] = any(a[pos] for a in self._end_views)
+        ends = self._end_views
+        if self._size == r and ends:  # the overwritten row's end flag (one column: 0.15 us
+            # against 0.8 us for the generator, on a full ring every add pays it)
+            self._cut_first[1] = ends[0][pos] if len(ends) == 1 else any(a[pos] for a in ends)
         rec, pick, wide = plan
         if rec is not None:  # the record's fields in one assignment
             rec[pos] = tuple(values) if pick is None else tuple([values[k] for k in pick])
