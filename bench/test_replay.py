@@ -149,17 +149,25 @@ def test_add1k_cpprb(benchmark, ratios):
     ratios.record(G_ADD1K, "cpprb ReplayBuffer.add", benchmark, baseline=True, items=CHUNK)
 
 
-def test_add1k_numpy_slice_copy(benchmark, ratios):
-    cols = {c.name: np.ones((CAP, *c.shape), c.dtype) for c in _columns()}
-    rows = _batch(CHUNK)
+def _slice_copier(columns: list[ColumnSpec], cap: int, rows: dict[str, np.ndarray]) -> Any:
+    """The add baseline: the same bytes as plain slice assignments into one array per
+    column (written once before: ``np.ones``), moving on through the arrays, no wrap
+    handling."""
+    cols = {c.name: np.ones((cap, *c.shape), c.dtype) for c in columns}
+    n = len(next(iter(rows.values())))
     state = {"pos": 0}
 
-    def run():  # the same bytes, as plain slice assignments (no wrap handling)
+    def run() -> None:
         p = state["pos"]
         for k, a in cols.items():
-            a[p : p + CHUNK] = rows[k]
-        state["pos"] = (p + CHUNK) % (CAP - CHUNK)
+            a[p : p + n] = rows[k]
+        state["pos"] = (p + n) % (cap - n + 1)
 
+    return run
+
+
+def test_add1k_numpy_slice_copy(benchmark, ratios):
+    run = _slice_copier(_columns(), CAP, _batch(CHUNK))
     run()
     benchmark(run)
     ratios.record(G_ADD1K, "numpy slice copy", benchmark, items=CHUNK, nbytes=CHUNK * ROW_BYTES)
@@ -392,16 +400,7 @@ def test_pix_sample_numbatraj(benchmark, ratios, next_of, into, cores):
 
 
 def test_pix_add_numpy_slice_copy(benchmark, ratios):
-    cols = {c.name: np.ones((PIX_CAP, *c.shape), c.dtype) for c in _pix_columns()}
-    rows = _pix_batch(PIX_CHUNK)
-    state = {"pos": 0}
-
-    def run():
-        p = state["pos"]
-        for k, a in cols.items():
-            a[p : p + PIX_CHUNK] = rows[k]
-        state["pos"] = (p + PIX_CHUNK) % (PIX_CAP - PIX_CHUNK + 1)
-
+    run = _slice_copier(_pix_columns(), PIX_CAP, _pix_batch(PIX_CHUNK))
     run()
     benchmark(run)
     ratios.record(G_PIX_ADD, "numpy slice copy", benchmark, baseline=True, items=PIX_CHUNK,
@@ -656,15 +655,7 @@ def _il_low_dim(ratios) -> None:  # type: ignore[no-untyped-def]
 
     # add 1,000 rows
     rows, rows_cp = _batch(CHUNK), _cp_rows(_batch(CHUNK))
-    cols = {c.name: np.ones((CAP, *c.shape), c.dtype) for c in _columns()}
-    pos = [0]
-
-    def slice_copy():
-        p = pos[0]
-        for k, a in cols.items():
-            a[p : p + CHUNK] = rows[k]
-        pos[0] = (p + CHUNK) % (CAP - CHUNK)
-
+    slice_copy = _slice_copier(_columns(), CAP, rows)
     got = interleaved({"cpprb": lambda: rb.add(**rows_cp), "numpy": slice_copy,
                        "numbatraj": lambda: rep.add(**rows)}, None, ROUNDS_CHEAP)
     g = G_ADD1K + G_IL
@@ -733,15 +724,7 @@ def _il_pixels(ratios) -> None:  # type: ignore[no-untyped-def]
     # pixel add 1,000 rows
     b = _pix_batch(PIX_CHUNK)
     b_cp = _cp_rows(b)
-    pcols = {c.name: np.ones((PIX_CAP, *c.shape), c.dtype) for c in _pix_columns()}
-    ppos = [0]
-
-    def pix_slice_copy():
-        p = ppos[0]
-        for k, a in pcols.items():
-            a[p : p + PIX_CHUNK] = b[k]
-        ppos[0] = (p + PIX_CHUNK) % (PIX_CAP - PIX_CHUNK + 1)
-
+    pix_slice_copy = _slice_copier(_pix_columns(), PIX_CAP, b)
     got = interleaved({"numpy": pix_slice_copy, "cpprb": lambda: pcp.add(**b_cp),
                        "numbatraj": lambda: prp.add(**b)}, None, ROUNDS_DEAR)
     g = G_PIX_ADD + G_IL

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
 import numpy as np
+import pytest
 
 from numbatraj.data import ColumnSpec
 
@@ -32,3 +37,29 @@ def rows(start: int, n: int, obs: int = 3, act: int = 2) -> dict[str, np.ndarray
 def row_ids(batch: dict[str, np.ndarray]) -> np.ndarray:
     """The row numbers encoded by :func:`rows`."""
     return batch["reward"].astype(np.float64) * 2
+
+
+@contextlib.contextmanager
+def parallel_kernel_spy(monkeypatch: Any, module: Any, kernel: str, floor: str,
+                        value: Any) -> Iterator[list[int]]:
+    """``numbatraj.set_num_threads(NUMBA_NUM_THREADS)`` with ``numbatraj._jit.<floor>`` set
+    to ``value`` (the bytes from which a kernel goes parallel), and every call of the
+    parallel kernel ``module.<kernel>`` still run but recorded: yields the list of the
+    calls' part counts (their last argument).  Skips with one Numba thread."""
+    import numba
+
+    import numbatraj
+    import numbatraj._jit as J
+
+    top = int(numba.config.NUMBA_NUM_THREADS)
+    if top < 2:
+        pytest.skip("one Numba thread: no parallel path to take")
+    calls: list[int] = []
+    real = getattr(module, kernel)
+    monkeypatch.setattr(module, kernel, lambda *a: calls.append(a[-1]) or real(*a))
+    monkeypatch.setattr(J, floor, value)
+    numbatraj.set_num_threads(top)
+    try:
+        yield calls
+    finally:
+        numbatraj.set_num_threads(None)

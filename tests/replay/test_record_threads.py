@@ -13,6 +13,7 @@ import numbatraj._jit as J
 from numbatraj.data.column import ColumnSpec
 from numbatraj.replay import StoreReplay
 from numbatraj.replay import _stream_kernels as sk
+from tests.replay.helpers import parallel_kernel_spy
 
 KIND = "replay record gather"
 
@@ -36,19 +37,9 @@ def _rows(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
 def on_threads(monkeypatch):
     """Every record gather of at least 64 lanes takes the parallel kernel on all of
     Numba's threads; yields the list of its calls' part counts."""
-    top = int(numba.config.NUMBA_NUM_THREADS)
-    if top < 2:
-        pytest.skip("one Numba thread: no parallel path to take")
-    calls: list[int] = []
-    real = sk.gather_record_cols_par_cpu
-    monkeypatch.setattr(sk, "gather_record_cols_par_cpu",
-                        lambda *a: calls.append(a[-1]) or real(*a))
-    monkeypatch.setattr(J, "AUTO_MIN_BYTES", {KIND: 0})
-    numbatraj.set_num_threads(top)
-    try:
+    with parallel_kernel_spy(monkeypatch, sk, "gather_record_cols_par_cpu", "AUTO_MIN_BYTES",
+                             {KIND: 0}) as calls:
         yield calls
-    finally:
-        numbatraj.set_num_threads(None)
 
 
 @pytest.mark.parametrize("b", [64, 65, 127, 1000, 4096])

@@ -10,6 +10,7 @@ import pytest
 from numbatraj.data import ColumnSpec
 from numbatraj.replay import StoreReplay
 from numbatraj.replay.buffer import WIDE_BYTES
+from tests.replay.helpers import parallel_kernel_spy
 
 W = 160  # float32: 640 bytes a row, above WIDE_BYTES
 
@@ -82,23 +83,12 @@ def on_threads(monkeypatch):
     wide gathers take the parallel kernel; yields the list of its calls' part counts."""
     import numba
 
-    import numbatraj
-    import numbatraj._jit as J
     from numbatraj.replay import _ring_kernels as rk
 
     top = int(numba.config.NUMBA_NUM_THREADS)
-    if top < 2:
-        pytest.skip("one Numba thread: no parallel path to take")
-    calls: list[int] = []
-    real = rk.gather_wide_pair_par_cpu
-    monkeypatch.setattr(rk, "gather_wide_pair_par_cpu",
-                        lambda *a: calls.append(a[-1]) or real(*a))
-    monkeypatch.setattr(J, "PARALLEL_MIN_BYTES", 0)
-    numbatraj.set_num_threads(top)
-    try:
+    with parallel_kernel_spy(monkeypatch, rk, "gather_wide_pair_par_cpu",
+                             "PARALLEL_MIN_BYTES", 0) as calls:
         yield calls
-    finally:
-        numbatraj.set_num_threads(None)
     assert calls and set(calls) == {top}, "the parallel wide gather did not run"
 
 
