@@ -16,8 +16,9 @@ from typing import Any
 import numba
 import numpy as np
 
+from numbatraj import _jit
 from numbatraj._checks import as_host_values, check_real, host_buffer
-from numbatraj._jit import calibrating, min_bytes, note_time, parallel_call, parallel_threads
+from numbatraj._jit import calibrating, note_time, parallel_call, parallel_threads
 from numbatraj.data.column import ColumnSpec
 from numbatraj.data.index_batch import IndexBatch
 from numbatraj.errors import IntegrityError, SamplerError, SchemaError
@@ -47,6 +48,13 @@ _U8 = np.dtype(np.uint8)
 #: (see ``_ring_kernels.stage_put_cpu``): beyond any L3, the next draw reads a fresh row
 #: from memory either way; a smaller ring keeps its fresh rows in the caches.
 _STREAM_RING_BYTES = 64 << 20
+
+
+def _below_record_floor(nbytes: int) -> bool:
+    """``nbytes < _jit.min_bytes(_RECORD_KIND)``, read without its call (a 32-row draw pays
+    this test every time)."""
+    return nbytes < _jit.PARALLEL_MIN_BYTES and nbytes < _jit.AUTO_MIN_BYTES.get(
+        _RECORD_KIND, _jit.PARALLEL_MIN_BYTES)
 
 
 #: A column whose row is wider than this (bytes) is stored apart, as its own contiguous
@@ -834,7 +842,7 @@ class StoreReplay(ReplayFront):
         cg = self._cols_gather
         if cg is not None:
             last = self._cols_last
-            if last is not None and b * self._row_bytes < min_bytes(_RECORD_KIND):
+            if last is not None and _below_record_floor(b * self._row_bytes):
                 # the outputs of the call before, passed again (sample_into's, checked by
                 # the caller): their addresses are in cg[2] already
                 try:
@@ -866,7 +874,7 @@ class StoreReplay(ReplayFront):
         records and more, cores free, threads measured faster here), else serial."""
         b = idx.shape[0]
         nbytes = b * self._row_bytes
-        if nbytes < min_bytes(_RECORD_KIND):  # small: no policy to consult, nothing to time
+        if _below_record_floor(nbytes):  # small: no policy to consult, nothing to time
             _sk.gather_record_cols_cpu(self._rec, idx, cg[1], outs, cg[2], cg[3])
             return
         threads = parallel_threads(nbytes, auto=_RECORD_KIND)
