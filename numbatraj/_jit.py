@@ -119,7 +119,9 @@ PARALLEL_MIN_BYTES = 4 << 20
 #: fresh random rows each call, medians of three rounds, serial / two threads: 512 rows
 #: 34-41 / 36-44 us, 1024 rows 69-71 / 55-60 us, 2048 rows 109-137 / 87-94 us, 4096 rows
 #: 223-233 / 166-167 us.
-AUTO_MIN_BYTES: dict[str, int] = {"replay record gather": 256 << 10}
+#: A kept n-step draw (``StoreReplay(n_step=)``) reads one record span per row the same way.
+AUTO_MIN_BYTES: dict[str, int] = {"replay record gather": 256 << 10,
+                                  "replay kept n-step gather": 256 << 10}
 
 
 def min_bytes(auto: str | None) -> int:

@@ -746,26 +746,53 @@ def nstep_kept_cols_cpu(idx, coff, roff, powers, ring_base, ring_cap, n_envs, re
     no ``next_*`` copies and read them at the last row (a second span per lane) took
     110 us, the walk (n=3) 128 us, the plain gather of the same records 75 us.
     """
-    b = idx.shape[0]
-    rb = rec.shape[1] * rec.itemsize
-    base = _address(rec)
     for c in range(tab.shape[0]):
         addrs[c] = _address(outs[c])
-    blk = _address(block)
+    _kept_run(idx, 0, idx.shape[0], coff, roff, powers, ring_base, ring_cap, n_envs, rec, t_hi,
+              tab, addrs, _address(block), ret, disc, last)
+    return 0
+
+
+@_inline
+def _kept_run(idx, lo, hi, coff, roff, powers, ring_base, ring_cap, n_envs, rec, t_hi, tab,  # type: ignore[no-untyped-def]
+              addrs, blk, ret, disc, last):
+    """Lanes ``[lo, hi)`` of :func:`nstep_kept_cols_cpu` through the lane block at the
+    address ``blk`` (``addrs`` already holds the outputs' addresses)."""
+    rb = rec.shape[1] * rec.itemsize
+    base = _address(rec)
     ring_end = ring_base + ring_cap
-    for i in range(-KEPT_AHEAD, b):
+    for i in range(lo - KEPT_AHEAD, hi):
         a = i + KEPT_AHEAD
-        if a < b:
+        if lo <= a < hi:
             _prefetch_span(base + idx[a] * rb, t_hi)
-        if i < 0:
+        if i < lo:
             continue
         x = base + idx[i] * rb
         _kept_lane(i, idx[i], x, coff, roff, powers, ring_base, ring_end, ring_cap, n_envs,
                    ret, disc, last)
-        j = i % NSTEP_BLOCK
+        j = (i - lo) % NSTEP_BLOCK
         _move_bytes(blk + j * rb, x, t_hi)
-        if j == NSTEP_BLOCK - 1 or i == b - 1:  # the block's lanes out, column by column
+        if j == NSTEP_BLOCK - 1 or i == hi - 1:  # the block's lanes out, column by column
             _block_out(tab, addrs, blk, blk, rb, i - j, j + 1)
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def nstep_kept_cols_par_cpu(idx, coff, roff, powers, ring_base, ring_cap, n_envs, rec, t_hi,  # type: ignore[no-untyped-def]
+                            tab, outs, addrs, block, ret, disc, last, n_parts):
+    """:func:`nstep_kept_cols_cpu` split into ``n_parts`` contiguous runs of lanes, one per
+    thread of a parallel region, each with its own :data:`NSTEP_BLOCK` rows of ``block``
+    (uint64 ``(n_parts * NSTEP_BLOCK, W)``): one record span per lane, like the plain
+    draw's record gather (:func:`gather_record_cols_par_cpu`), so it goes parallel by the
+    same policy.  Returns 0."""
+    for c in range(tab.shape[0]):
+        addrs[c] = _address(outs[c])
+    b = idx.shape[0]
+    rb = rec.shape[1] * rec.itemsize
+    for p0 in numba.prange(n_parts):
+        p = np.int64(p0)
+        _kept_run(idx, b * p // n_parts, b * (p + 1) // n_parts, coff, roff, powers, ring_base,
+                  ring_cap, n_envs, rec, t_hi, tab, addrs,
+                  _address(block) + p * NSTEP_BLOCK * rb, ret, disc, last)
     return 0
 
 

@@ -38,6 +38,8 @@ __all__ = ["StoreReplay"]
 _RECORD_GATHER_MAX = 1 << 16  # rows; larger gathers go column by column (no scratch)
 #: the thread policy's kind for the record gather (``numbatraj._jit.AUTO_MIN_BYTES``)
 _RECORD_KIND = "replay record gather"
+#: the thread policy's kind of a kept n-step draw (``StoreReplay(n_step=)``'s records)
+_KEPT_KIND = "replay kept n-step gather"
 #: bytes of records a batch add assembles in a scratch first (``StoreReplay._put``): from
 #: 16 KiB (below, the extra copy's call costs what it saves) to 1 MiB (an L2 cache).
 #: Measured, 168-byte records, add of n rows staged / direct (interleaved, load 6): n = 64
@@ -50,11 +52,11 @@ _U8 = np.dtype(np.uint8)
 _STREAM_RING_BYTES = 64 << 20
 
 
-def _below_record_floor(nbytes: int) -> bool:
-    """``nbytes < _jit.min_bytes(_RECORD_KIND)``, read without its call (a 32-row draw pays
-    this test every time)."""
+def _below_record_floor(nbytes: int, kind: str = _RECORD_KIND) -> bool:
+    """``nbytes < _jit.min_bytes(kind)``, read without its call (a 32-row draw pays this
+    test every time)."""
     return nbytes < _jit.PARALLEL_MIN_BYTES and nbytes < _jit.AUTO_MIN_BYTES.get(
-        _RECORD_KIND, _jit.PARALLEL_MIN_BYTES)
+        kind, _jit.PARALLEL_MIN_BYTES)
 
 
 #: A column whose row is wider than this (bytes) is stored apart, as its own contiguous
@@ -883,17 +885,21 @@ class StoreReplay(ReplayFront):
         timed = calibrating(_RECORD_KIND, nbytes)
         t0 = time.perf_counter() if timed else 0.0
         if threads > 1:
-            block = self._par_blocks.get(threads)
-            if block is None:
-                block = np.zeros((threads * _sk.NSTEP_BLOCK, self._row_bytes // 8),
-                                 dtype=np.uint64)
-                self._par_blocks[threads] = block
             parallel_call(_sk.gather_record_cols_par_cpu, threads, self._rec, idx, cg[1], outs,
-                          cg[2], block, threads)
+                          cg[2], self._par_block(threads), threads)
         else:
             _sk.gather_record_cols_cpu(self._rec, idx, cg[1], outs, cg[2], cg[3])
         if timed:
             note_time(_RECORD_KIND, threads, time.perf_counter() - t0, nbytes)
+
+    def _par_block(self, threads: int) -> np.ndarray:
+        """The lane blocks of a parallel record gather on ``threads`` threads, one
+        :data:`_stream_kernels.NSTEP_BLOCK` rows of records each (kept for the replay)."""
+        block = self._par_blocks.get(threads)
+        if block is None:
+            block = np.zeros((threads * _sk.NSTEP_BLOCK, self._row_bytes // 8), dtype=np.uint64)
+            self._par_blocks[threads] = block
+        return block
 
     def _new_outputs(self, b: int) -> dict[str, np.ndarray]:
         return block_outputs({n: (self._cols.sample_dtype(n), (b, *s.shape))
@@ -1049,10 +1055,26 @@ class StoreReplay(ReplayFront):
             outs = tuple([outputs[n].ravel().view(_U8) for n in plan.tab_names])
             where = self._layout[1]
             tab, t_hi = self._kept_tab(plan)
-            _sk.nstep_kept_cols_cpu(idx, where["_kept_code"][0], where["_kept_return"][0],
-                                    kv[2], self._d, self._r, self._streams.n_envs, self._rec,
-                                    t_hi, tab, outs, plan.addrs, plan.block,
-                                    outputs["return"], outputs["discount"], last)
+            args = (idx, where["_kept_code"][0], where["_kept_return"][0], kv[2], self._d,
+                    self._r, self._streams.n_envs, self._rec, t_hi, tab, outs, plan.addrs)
+            tail = (outputs["return"], outputs["discount"], last)
+            lanes = idx.shape[0]
+            nbytes = lanes * self._row_bytes
+            if _below_record_floor(nbytes, _KEPT_KIND):
+                _sk.nstep_kept_cols_cpu(*args, plan.block, *tail)
+            else:  # one record span per lane: the plain draw's thread policy, its own kind
+                threads = parallel_threads(nbytes, auto=_KEPT_KIND)
+                if threads > 1 and lanes < 2 * threads * _sk.NSTEP_BLOCK:
+                    threads = 1
+                timed = calibrating(_KEPT_KIND, nbytes)
+                t0 = time.perf_counter() if timed else 0.0
+                if threads > 1:
+                    parallel_call(_sk.nstep_kept_cols_par_cpu, threads, *args,
+                                  self._par_block(threads), *tail, threads)
+                else:
+                    _sk.nstep_kept_cols_cpu(*args, plan.block, *tail)
+                if timed:
+                    note_time(_KEPT_KIND, threads, time.perf_counter() - t0, nbytes)
         elif plan.fields is not None:  # no quantised record column: straight into the outputs
             outs = tuple([outputs[n].ravel().view(_U8) for n in plan.tab_names])
             _sk.nstep_gather_cols_cpu(idx, ns[0], ns[1], *plan.fields, *self._geom(),
