@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -874,23 +874,32 @@ class StoreReplay(ReplayFront):
         """The record gather into the narrow columns' outputs (``_sk.gather_record_cols_cpu``),
         on the threads :func:`numbatraj._jit.parallel_threads` gives its kind (256 KiB of
         records and more, cores free, threads measured faster here), else serial."""
-        b = idx.shape[0]
-        nbytes = b * self._row_bytes
-        if _below_record_floor(nbytes):  # small: no policy to consult, nothing to time
+        if _below_record_floor(idx.shape[0] * self._row_bytes):  # small: no policy, no clock
             _sk.gather_record_cols_cpu(self._rec, idx, cg[1], outs, cg[2], cg[3])
             return
-        threads = parallel_threads(nbytes, auto=_RECORD_KIND)
-        if threads > 1 and b < 2 * threads * _sk.NSTEP_BLOCK:
+        self._on_policy(
+            _RECORD_KIND, idx.shape[0],
+            lambda: _sk.gather_record_cols_cpu(self._rec, idx, cg[1], outs, cg[2], cg[3]),
+            lambda t: parallel_call(_sk.gather_record_cols_par_cpu, t, self._rec, idx, cg[1],
+                                    outs, cg[2], self._par_block(t), t))
+
+    def _on_policy(self, kind: str, lanes: int, serial: Callable[[], Any],
+                   parallel: Callable[[int], Any]) -> None:
+        """``serial()`` or ``parallel(threads)`` for a record draw of ``lanes`` records of
+        thread-policy kind ``kind``, as :func:`numbatraj._jit.parallel_threads` says (at
+        least two lane blocks a thread), timed for the kind's calibration while it is open."""
+        nbytes = lanes * self._row_bytes
+        threads = parallel_threads(nbytes, auto=kind)
+        if threads > 1 and lanes < 2 * threads * _sk.NSTEP_BLOCK:
             threads = 1
-        timed = calibrating(_RECORD_KIND, nbytes)
+        timed = calibrating(kind, nbytes)
         t0 = time.perf_counter() if timed else 0.0
         if threads > 1:
-            parallel_call(_sk.gather_record_cols_par_cpu, threads, self._rec, idx, cg[1], outs,
-                          cg[2], self._par_block(threads), threads)
+            parallel(threads)
         else:
-            _sk.gather_record_cols_cpu(self._rec, idx, cg[1], outs, cg[2], cg[3])
+            serial()
         if timed:
-            note_time(_RECORD_KIND, threads, time.perf_counter() - t0, nbytes)
+            note_time(kind, threads, time.perf_counter() - t0, nbytes)
 
     def _par_block(self, threads: int) -> np.ndarray:
         """The lane blocks of a parallel record gather on ``threads`` threads, one
@@ -1058,23 +1067,14 @@ class StoreReplay(ReplayFront):
             args = (idx, where["_kept_code"][0], where["_kept_return"][0], kv[2], self._d,
                     self._r, self._streams.n_envs, self._rec, t_hi, tab, outs, plan.addrs)
             tail = (outputs["return"], outputs["discount"], last)
-            lanes = idx.shape[0]
-            nbytes = lanes * self._row_bytes
-            if _below_record_floor(nbytes, _KEPT_KIND):
+            if _below_record_floor(idx.shape[0] * self._row_bytes, _KEPT_KIND):
                 _sk.nstep_kept_cols_cpu(*args, plan.block, *tail)
             else:  # one record span per lane: the plain draw's thread policy, its own kind
-                threads = parallel_threads(nbytes, auto=_KEPT_KIND)
-                if threads > 1 and lanes < 2 * threads * _sk.NSTEP_BLOCK:
-                    threads = 1
-                timed = calibrating(_KEPT_KIND, nbytes)
-                t0 = time.perf_counter() if timed else 0.0
-                if threads > 1:
-                    parallel_call(_sk.nstep_kept_cols_par_cpu, threads, *args,
-                                  self._par_block(threads), *tail, threads)
-                else:
-                    _sk.nstep_kept_cols_cpu(*args, plan.block, *tail)
-                if timed:
-                    note_time(_KEPT_KIND, threads, time.perf_counter() - t0, nbytes)
+                self._on_policy(
+                    _KEPT_KIND, idx.shape[0],
+                    lambda: _sk.nstep_kept_cols_cpu(*args, plan.block, *tail),
+                    lambda t: parallel_call(_sk.nstep_kept_cols_par_cpu, t, *args,
+                                            self._par_block(t), *tail, t))
         elif plan.fields is not None:  # no quantised record column: straight into the outputs
             outs = tuple([outputs[n].ravel().view(_U8) for n in plan.tab_names])
             _sk.nstep_gather_cols_cpu(idx, ns[0], ns[1], *plan.fields, *self._geom(),
