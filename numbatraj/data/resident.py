@@ -147,10 +147,7 @@ def gather_words(
     k = _kernels()
     if words.shape[1] == 0:
         pos = int(k.first_outside_cpu(idx, lo, hi))
-    elif (out_words.nbytes < _jit.PARALLEL_MIN_BYTES
-          and _COLUMN_GATHER not in _jit.AUTO_MIN_BYTES):
-        # below the kind's floor: serial whatever the policy, and nothing to time; the two
-        # policy calls cost 1.1 us of a 32-row gather's 1.8 us over np.take (Intel Xeon VM)
+    elif _jit.below_floor(out_words.nbytes, _COLUMN_GATHER):  # serial whatever the policy
         pos = int(k.checked_gather_cpu(words, idx, base, lo, hi, out_words))
     else:
         nbytes = out_words.nbytes

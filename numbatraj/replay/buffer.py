@@ -52,13 +52,6 @@ _U8 = np.dtype(np.uint8)
 _STREAM_RING_BYTES = 64 << 20
 
 
-def _below_record_floor(nbytes: int, kind: str = _RECORD_KIND) -> bool:
-    """``nbytes < _jit.min_bytes(kind)``, read without its call (a 32-row draw pays this
-    test every time)."""
-    return nbytes < _jit.PARALLEL_MIN_BYTES and nbytes < _jit.AUTO_MIN_BYTES.get(
-        kind, _jit.PARALLEL_MIN_BYTES)
-
-
 #: A column whose row is wider than this (bytes) is stored apart, as its own contiguous
 #: ``(capacity, *shape)`` array; narrower columns share the row record.  Measured
 #: (``bench/test_replay.py``, pixel group): a 3x84x84 uint8 row is 331 cache lines over six
@@ -844,7 +837,7 @@ class StoreReplay(ReplayFront):
         cg = self._cols_gather
         if cg is not None:
             last = self._cols_last
-            if last is not None and _below_record_floor(b * self._row_bytes):
+            if last is not None and _jit.below_floor(b * self._row_bytes, _RECORD_KIND):
                 # the outputs of the call before, passed again (sample_into's, checked by
                 # the caller): their addresses are in cg[2] already
                 try:
@@ -874,7 +867,7 @@ class StoreReplay(ReplayFront):
         """The record gather into the narrow columns' outputs (``_sk.gather_record_cols_cpu``),
         on the threads :func:`numbatraj._jit.parallel_threads` gives its kind (256 KiB of
         records and more, cores free, threads measured faster here), else serial."""
-        if _below_record_floor(idx.shape[0] * self._row_bytes):  # small: no policy, no clock
+        if _jit.below_floor(idx.shape[0] * self._row_bytes, _RECORD_KIND):  # small: no clock
             _sk.gather_record_cols_cpu(self._rec, idx, cg[1], outs, cg[2], cg[3])
             return
         self._on_policy(
@@ -1067,7 +1060,7 @@ class StoreReplay(ReplayFront):
             args = (idx, where["_kept_code"][0], where["_kept_return"][0], kv[2], self._d,
                     self._r, self._streams.n_envs, self._rec, t_hi, tab, outs, plan.addrs)
             tail = (outputs["return"], outputs["discount"], last)
-            if _below_record_floor(idx.shape[0] * self._row_bytes, _KEPT_KIND):
+            if _jit.below_floor(idx.shape[0] * self._row_bytes, _KEPT_KIND):
                 _sk.nstep_kept_cols_cpu(*args, plan.block, *tail)
             else:  # one record span per lane: the plain draw's thread policy, its own kind
                 self._on_policy(
