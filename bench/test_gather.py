@@ -176,13 +176,37 @@ _GROWTH: dict[str, dict] = {}
 def test_cost_growth_with_capacity(load, ratios):
     """uniform sample(4096), prioritized sample+update(4096) and a 16 x 64 window draw, each
     with the gather of its rows of a 26-float32 column, at capacities 2^16 to 2^24:
-    numbatraj (samplers + ResidentColumn), cpprb, and ``np.take`` of the same rows."""
+    numbatraj (samplers + ResidentColumn), cpprb, and ``np.take`` of the same rows.
+
+    Every capacity is set up first and all of them are timed in the same interleaved
+    rounds: a growth is a ratio of two capacities' times, and timed one capacity after
+    another, seconds apart, a change of the host's speed between them (2x for minutes at
+    a time on the shared VMs of docs/replay.md) moved it more than the code did."""
     pytest.importorskip("cpprb")
     rng = np.random.default_rng(5)
-    res: dict[str, dict[int, dict[str, float]]] = {}
     td = rng.random(4096) + 0.01
-    for cap in GROWTH_CAPS:
-        res[cap] = _growth_round(cap, load, rng, td)
+    setups = {cap: _growth_setup(cap, rng, td) for cap in GROWTH_CAPS}
+    ours = {(cap, k): f for cap, (fns, _) in setups.items() for k, f in fns.items()
+            if not k.endswith(": cpprb")}
+    # cpprb in rounds of its own: interleaved with the others, its 2-15 ms calls evicted
+    # the caches and TLB for whichever call came next, so the growth figure followed
+    # cpprb's footprint at each capacity more than the code measured
+    peers = {(cap, k): f for cap, (fns, _) in setups.items() for k, f in fns.items()
+             if k.endswith(": cpprb")}
+
+    def fresh():  # np.take gathers rows drawn like numbatraj's, fresh every call
+        for _, refresh in setups.values():
+            refresh()
+
+    with busy_machine(on=load == "loaded"):
+        got = interleaved(ours, fresh, 61)
+        got.update(interleaved(peers, fresh, 31))
+        note = load_line()
+    res: dict[int, dict] = {cap: {} for cap in GROWTH_CAPS}
+    for cap, (fns, _) in setups.items():
+        res[cap] = {k: got[(cap, k)] for k in fns}
+        res[cap]["note"] = note
+    del setups, ours, peers
     lo, hi = GROWTH_CAPS[0], GROWTH_CAPS[-1]
     summary = {}
     for work in ("uniform", "prioritized", "windows 16x64"):
@@ -200,7 +224,8 @@ def test_cost_growth_with_capacity(load, ratios):
     _write_growth()
 
 
-def _growth_round(cap: int, load: str, rng: np.random.Generator, td: np.ndarray) -> dict:
+def _growth_setup(cap: int, rng: np.random.Generator, td: np.ndarray):
+    """The timed calls at capacity ``cap`` and the untimed refresh of ``np.take``'s rows."""
     import cpprb
 
     from numbatraj.samplers import PrioritizedSampler, SequenceWindowSampler, UniformSampler
@@ -244,24 +269,14 @@ def _growth_round(cap: int, load: str, rng: np.random.Generator, td: np.ndarray)
         "windows 16x64: np.take": lambda: np.take(data, held["w"], axis=0, out=wout),
     }
 
-    def fresh():  # np.take gathers rows drawn like numbatraj's, fresh every call
+    def fresh():
         held["u"] = rng.integers(0, cap, 4096)
         held["p"] = rng.integers(0, cap, 4096)
         held["w"] = rng.integers(0, cap - 64, (16, 1)) + np.arange(64)
 
     for f in fns.values():
         f()
-    # cpprb in rounds of its own: interleaved with the others, its 2-15 ms calls evicted
-    # the caches and TLB for whichever call came next, so the growth figure followed
-    # cpprb's footprint at each capacity more than the code measured
-    peers = {k: v for k, v in fns.items() if k.endswith(": cpprb")}
-    ours = {k: v for k, v in fns.items() if k not in peers}
-    with busy_machine(on=load == "loaded"):
-        got = interleaved(ours, fresh, 61)
-        got.update(interleaved(peers, fresh, 31))
-        out_cap: dict = {k: got[k] for k in fns}
-        out_cap["note"] = load_line()
-    return out_cap
+    return fns, fresh
 
 
 def _write_growth() -> None:
