@@ -206,7 +206,6 @@ def test_cost_growth_with_capacity(load, ratios):
     for cap, (fns, _) in setups.items():
         res[cap] = {k: got[(cap, k)] for k in fns}
         res[cap]["note"] = note
-    del setups, ours, peers
     lo, hi = GROWTH_CAPS[0], GROWTH_CAPS[-1]
     summary = {}
     for work in ("uniform", "prioritized", "windows 16x64"):
