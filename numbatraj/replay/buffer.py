@@ -639,8 +639,7 @@ class StoreReplay(ReplayFront):
             rb = self._row_bytes
             if self._scratch.shape[0] < n * rb:  # zeroed once: the padding stays zero
                 self._scratch = np.zeros(n * rb, dtype=np.uint8)
-            _rk.stage_put_cpu(self._rec_bytes, a * rb, rb,
-                              tuple([arrays[k].ravel().view(_U8) for k in sp[0]]),
+            _rk.stage_put_cpu(self._rec_bytes, a * rb, rb, tuple([arrays[k] for k in sp[0]]),
                               sp[1], sp[2], n, self._scratch, self._stream_adds)
             plan = self._put_wide
         for name, dst, q in plan:

@@ -89,7 +89,10 @@ class ReplayColumns:
             self.quant[name] = _quantization(name, self.specs[name], rng)
         self.names: tuple[str, ...] = tuple(self.specs)
         self._keys = set(self.specs)
-        self._items = tuple((n, s, len(s.shape)) for n, s in self.specs.items())
+        #: (name, spec, dtype, shape, ndim) per column: the checks of a batch add read
+        #: no attribute of the spec
+        self._items = tuple((n, s, s.dtype, s.shape, len(s.shape))
+                            for n, s in self.specs.items())
         #: (name, dtype, row shape, scalar type or None) per column, for :meth:`single_row`
         self._one = tuple(
             (n, s.dtype, s.shape, s.dtype.type if s.shape == () else None)
@@ -120,27 +123,27 @@ class ReplayColumns:
             self._raise_names(rows, what)
         out = {}
         n = -1
-        for name, spec, nd in self._items:
+        for name, spec, dtype, shape, nd in self._items:
             v = rows[name]
             if type(v) is np.ndarray:
                 dt = v.dtype
-                if dt is not spec.dtype and dt != spec.dtype:
+                if dt is not dtype and dt != dtype:
                     raise SchemaError(
-                        f"{what}: column {name!r} is {spec.dtype.name}, got {dt.name} (no "
-                        f"silent casts: convert with .astype(np.{spec.dtype.name}) if intended)"
+                        f"{what}: column {name!r} is {dtype.name}, got {dt.name} (no "
+                        f"silent casts: convert with .astype(np.{dtype.name}) if intended)"
                     )
                 vs = v.shape
             else:
                 v = _coerce(name, spec, v, what)
                 vs = tuple(v.shape)
-            if vs == spec.shape:
-                m = 1
-            elif len(vs) == nd + 1 and vs[1:] == spec.shape:
+            if len(vs) == nd + 1 and vs[1:] == shape:  # a batch: the common case first
                 m = vs[0]
+            elif vs == shape:
+                m = 1
             else:
                 raise SchemaError(
-                    f"{what}: column {name!r} rows have shape {spec.shape}, got an array of "
-                    f"shape {vs}; expected {spec.shape} (one row) or (n, *{spec.shape})"
+                    f"{what}: column {name!r} rows have shape {shape}, got an array of "
+                    f"shape {vs}; expected {shape} (one row) or (n, *{shape})"
                 )
             if n < 0:
                 n = m

@@ -177,6 +177,36 @@ def _records_ref(cols, offs, row_bytes, n):
     return out
 
 
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_stage_put_takes_columns_of_any_dtype_and_layout(stream, rng):
+    """The columns as a caller hands them (float32 rows, a bool and an int16 column, a
+    scalar float64 one, and a strided view and a Fortran-order array, which the kernel
+    copies first): the records hold each row's C-order bytes, as with byte views."""
+    n = 301
+    big = rng.standard_normal((n, 40), dtype=np.float32)
+    cols = [rng.standard_normal((n, 17), dtype=np.float32),
+            rng.random(n) < 0.3,
+            rng.integers(-300, 300, (n, 3)).astype(np.int16),
+            rng.standard_normal(n),
+            big[:, 5:11],  # strided rows
+            np.asfortranarray(rng.integers(0, 255, (n, 2, 5)).astype(np.uint8))]
+    as_bytes = [np.ascontiguousarray(c).reshape(n, -1).view(np.uint8) for c in cols]
+    widths = [b.shape[1] for b in as_bytes]
+    offs, o = [], 0
+    for w in widths:
+        offs.append(o)
+        o += w + 1
+    row_bytes = (o + 7) // 8 * 8
+    ring = np.full((n + 2) * row_bytes, 0xA5, dtype=np.uint8)
+    scratch = np.zeros(n * row_bytes, dtype=np.uint8)
+    rk.stage_put_cpu(ring, row_bytes, row_bytes, tuple(cols), np.array(offs, dtype=np.int64),
+                     np.array(widths, dtype=np.int64), n, scratch, stream)
+    np.testing.assert_array_equal(ring[row_bytes : (n + 1) * row_bytes].reshape(n, row_bytes),
+                                  _records_ref(as_bytes, offs, row_bytes, n))
+    assert (ring[:row_bytes] == 0xA5).all() and (ring[(n + 1) * row_bytes :] == 0xA5).all()
+
+
 # widths of every move size and the overlaps between them (1 .. 130 bytes)
 _WIDTHS = [1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 63, 64, 65, 68, 127, 128, 130]
 

@@ -45,6 +45,10 @@ def test_staged_batch_adds_match_the_reference(demo, stream, monkeypatch):
         b = _rows(rng, n)
         if n == 1:
             rep.add(**{k: v[0] for k, v in b.items()})
+        elif n == 1200:  # strided and Fortran-order columns (the kernel copies them)
+            wide = np.zeros((n, 20), np.float32)
+            wide[:, 2:19] = b["obs"]
+            rep.add(**{**b, "obs": wide[:, 2:19], "tag": np.asfortranarray(b["tag"])})
         else:
             rep.add(**b)
         held = {k: np.concatenate([held[k], b[k]])[-2500:] for k in held}
