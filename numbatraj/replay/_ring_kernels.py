@@ -496,10 +496,11 @@ def _byte_views_ov(srcs):  # type: ignore[no-untyped-def]
     # tuple of one type, which the staging loop indexes at run time
     if not isinstance(srcs, types.BaseTuple):
         return None
+    elems: Any = srcs  # the element types, in order
     views = ", ".join(
         f"srcs[{i}].reshape(-1).view(np.uint8)" if t.layout == "C"
         else f"np.ascontiguousarray(srcs[{i}]).reshape(-1).view(np.uint8)"
-        for i, t in enumerate(srcs.types))
+        for i, t in enumerate(elems))
     ns: dict[str, Any] = {"np": np}
     exec(f"def impl(srcs):\n    return ({views},)\n", ns)  # noqa: S102 - fixed template
     return ns["impl"]
