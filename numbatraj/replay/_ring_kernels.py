@@ -485,9 +485,10 @@ def _stage_records(row_bytes, srcs, offs, widths, r0, n, scratch):  # type: igno
 
 
 def _byte_views(srcs):  # type: ignore[no-untyped-def]
-    """In a kernel: a tuple of the C-order bytes (uint8, 1-D) of each array of ``srcs``
-    (any dtypes and shapes; a strided one copied first)."""
-    raise NotImplementedError("only inside a Numba kernel")
+    """A tuple of the C-order bytes (uint8, 1-D) of each array of ``srcs`` (any dtypes and
+    shapes; a strided one copied first).  Called in Python it makes them with NumPy; in a
+    kernel :func:`_byte_views_ov` compiles the same views (the tests compare the two)."""
+    return tuple(np.ascontiguousarray(s).reshape(-1).view(np.uint8) for s in srcs)
 
 
 @overload(_byte_views)

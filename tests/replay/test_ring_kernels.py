@@ -177,7 +177,6 @@ def _records_ref(cols, offs, row_bytes, n):
     return out
 
 
-
 @pytest.mark.parametrize("stream", [False, True])
 def test_stage_put_takes_columns_of_any_dtype_and_layout(stream, rng):
     """The columns as a caller hands them (float32 rows, a bool and an int16 column, a
@@ -192,6 +191,8 @@ def test_stage_put_takes_columns_of_any_dtype_and_layout(stream, rng):
             big[:, 5:11],  # strided rows
             np.asfortranarray(rng.integers(0, 255, (n, 2, 5)).astype(np.uint8))]
     as_bytes = [np.ascontiguousarray(c).reshape(n, -1).view(np.uint8) for c in cols]
+    for got, want in zip(rk._byte_views(tuple(cols)), as_bytes, strict=True):  # the Python body
+        np.testing.assert_array_equal(got, want.reshape(-1))
     widths = [b.shape[1] for b in as_bytes]
     offs, o = [], 0
     for w in widths:
