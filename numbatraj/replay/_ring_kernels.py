@@ -456,8 +456,9 @@ def _copy_span(dst, d, src, s, w):  # type: ignore[no-untyped-def]
 @njit_kernel
 def _stream_copy(dst, d, src, s, n):  # type: ignore[no-untyped-def]
     """``n`` bytes from byte ``s`` of ``src`` to byte ``d`` of ``dst``: the 64-byte aligned
-    lines of the destination with streaming stores (then one fence), the edges with
-    ordinary copies (x86-64 only: see :data:`STREAM_STORES`)."""
+    lines of the destination with streaming stores, the edges with ordinary copies (x86-64
+    only: see :data:`STREAM_STORES`).  No fence: the caller issues one
+    (:func:`_store_fence`) after its last streaming copy, before it returns."""
     h = (-(_address(dst) + d)) & 63
     if h > n:
         h = n
@@ -469,7 +470,6 @@ def _stream_copy(dst, d, src, s, n):  # type: ignore[no-untyped-def]
         k += 64
     if k < n:
         _copy_bytes(dst, d + k, src, s + k, n - k)
-    _store_fence()
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -540,6 +540,10 @@ def _stage_put_stream(ring, d, row_bytes, srcs, offs, widths, n,  # type: ignore
         _stage_records(row_bytes, b, offs, widths, r0, m, scratch)
         _stream_copy(ring, d + r0 * row_bytes, scratch, 0, m * row_bytes)
         r0 += m
+    # one fence for the whole add: a fence after each piece waited for that piece's lines
+    # to drain (AMD EPYC VM, 1,000 168-byte rows, interleaved with cpprb and a numpy copy,
+    # medians of six probe runs of 301 rounds: 18.0-21.0 against 19.0-21.8 us)
+    _store_fence()
     return 0
 
 
