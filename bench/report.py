@@ -97,7 +97,7 @@ def time_rounds(fn: Callable[[], Any], setup: Callable[[], Any] | None, rounds: 
 
 
 def interleaved(fns: dict[str, Any], setup: Callable[[], Any] | None,
-                rounds: int) -> dict[str, float]:
+                rounds: int, cpu: dict[str, float] | None = None) -> dict[str, float]:
     """Median seconds of each ``fns[name]()`` over ``rounds`` interleaved rounds.
 
     Every round calls each function once, in an order shuffled from round to round (a
@@ -108,9 +108,16 @@ def interleaved(fns: dict[str, Any], setup: Callable[[], Any] | None,
     update) is the one the scheduler preempts, so one contender took that hit every round.
     A value may also be ``(fn, before, after)``: ``before()`` and ``after()`` run untimed
     around that call (``numbatraj.set_num_threads(1)`` and back, say).
+
+    With ``cpu`` (a dict) given, ``cpu[name]`` receives the median CPU time of the calls
+    too (``time.process_time``: every thread of this process, none of the others'): on a
+    loaded machine a call's wall time minus its CPU time is the time the scheduler gave
+    other processes while the call was under way.
     """
     names = list(fns)
     times: dict[str, list[float]] = {n: [] for n in names}
+    cpus: dict[str, list[float]] = {n: [] for n in names}
+    clock = time.process_time
     order = np.random.default_rng(0)
     for _ in range(rounds):
         for j in order.permutation(len(names)):
@@ -121,11 +128,21 @@ def interleaved(fns: dict[str, Any], setup: Callable[[], Any] | None,
                 setup()
             if before is not None:
                 before()
-            t0 = time.perf_counter()
-            fn()
-            times[n].append(time.perf_counter() - t0)
+            if cpu is None:
+                t0 = time.perf_counter()
+                fn()
+                times[n].append(time.perf_counter() - t0)
+            else:
+                c0 = clock()
+                t0 = time.perf_counter()
+                fn()
+                t1 = time.perf_counter()
+                cpus[n].append(clock() - c0)
+                times[n].append(t1 - t0)
             if after is not None:
                 after()
+    if cpu is not None:
+        cpu.update({n: float(np.median(v)) for n, v in cpus.items()})
     return {n: float(np.median(v)) for n, v in times.items()}
 
 

@@ -722,12 +722,23 @@ def _il_pixels(ratios) -> None:  # type: ignore[no-untyped-def]
     _pix_fill(lambda b: pcp_next.add(**_cp_rows(b)))
     prp, prp_next = _pix_replay(), _pix_next_of_replay()
     pouts = {c.name: np.empty((PIX_BATCH, *c.shape), c.dtype) for c in _pix_columns()}
+    # the floor in the same rounds: one contiguous copy of the draw's 10.8 MB of pixels into a
+    # reused buffer, from a block of a 130 MB source that moves every call (out of cache, as
+    # the rows a draw reads are); no gather of those bytes can be faster on the machine
+    block = PIX_BATCH * PIX_ROW
+    src, dst, at = np.ones(12 * block, np.uint8), np.empty(block, np.uint8), [0]
+
+    def floor_copy() -> None:
+        at[0] = (at[0] + 5) % 12
+        np.copyto(dst, src[at[0] * block:(at[0] + 1) * block])
+
     got = interleaved({
         "cpprb": lambda: pcp.sample(PIX_BATCH),
         "cpprb next_of": lambda: pcp_next.sample(PIX_BATCH),
         "stored": lambda: prp.sample(PIX_BATCH),
         "stored into": lambda: prp.sample_into(pouts, PIX_BATCH),
         "next_of": lambda: prp_next.sample(PIX_BATCH),
+        "floor": floor_copy,
     }, None, ROUNDS_DEAR * 2)
     g = G_PIX + G_IL
     ratios.record(g, "cpprb ReplayBuffer.sample", got["cpprb"], baseline=True, items=PIX_BATCH)
@@ -738,6 +749,8 @@ def _il_pixels(ratios) -> None:  # type: ignore[no-untyped-def]
     ratios.record(g, "StoreReplay.sample", got["stored"], items=PIX_BATCH, note=note)
     ratios.record(g, "StoreReplay.sample_into", got["stored into"], items=PIX_BATCH)
     ratios.record(g, "StoreReplay(next_of).sample", got["next_of"], items=PIX_BATCH)
+    ratios.record(g, "floor: one contiguous copy of the same bytes from DRAM", got["floor"],
+                  items=PIX_BATCH)
 
     # pixel add 1,000 rows
     b = _pix_batch(PIX_CHUNK)
