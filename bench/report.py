@@ -128,17 +128,13 @@ def interleaved(fns: dict[str, Any], setup: Callable[[], Any] | None,
                 setup()
             if before is not None:
                 before()
-            if cpu is None:
-                t0 = time.perf_counter()
-                fn()
-                times[n].append(time.perf_counter() - t0)
-            else:
-                c0 = clock()
-                t0 = time.perf_counter()
-                fn()
-                t1 = time.perf_counter()
+            c0 = clock() if cpu is not None else 0.0  # outside the wall-time window
+            t0 = time.perf_counter()
+            fn()
+            t1 = time.perf_counter()
+            if cpu is not None:
                 cpus[n].append(clock() - c0)
-                times[n].append(t1 - t0)
+            times[n].append(t1 - t0)
             if after is not None:
                 after()
     if cpu is not None:
