@@ -98,21 +98,21 @@ class PrioritizedTree:
         """Read-only float64 view of the ``capacity`` leaves (live: it follows updates)."""
         return self._s._leaf_view
 
-    def _binary(self, t: np.ndarray, is_min: bool) -> np.ndarray:
+    def _binary(self, is_min: bool) -> np.ndarray:
         s = self._s
         out = np.zeros(2 * s._p) if not is_min else np.full(2 * s._p, np.inf)
-        B.to_binary(t, s._p, s._r0, s._nb, is_min, out)
+        B.to_binary(s._sums, s._mins, s._p, s._r0, s._nb, s._present_p, is_min, out)
         return out
 
     @property
     def sums(self) -> np.ndarray:
         """The subtree sums as :attr:`SumTree.sums` lays them out (a new array)."""
-        return self._binary(self._s._sums, False)
+        return self._binary(False)
 
     @property
     def mins(self) -> np.ndarray:
         """The subtree minima as :attr:`SumTree.mins` lays them out (a new array)."""
-        return self._binary(self._s._mins, True)
+        return self._binary(True)
 
     def snapshot(self) -> SumTree:
         """A :class:`SumTree` holding the same nodes (a copy)."""
@@ -165,9 +165,10 @@ class PrioritizedSampler:
             p *= 2
         self._p = p
         self._r0, self._nb, size = B.layout(p)
-        #: the sums and minima, one cache line per three levels (``_blocked_kernels``)
+        #: the sums and minima, one cache line per three levels (``_blocked_kernels``);
+        #: the minima have no leaf level (a present row's min leaf is its sum leaf)
         self._sums = B.new_tree(size, 0.0)
-        self._mins = B.new_tree(size, np.inf)
+        self._mins = B.new_tree(size - p, np.inf)
         lo = int(B.leaf_slot(0, p, self._r0, self._nb))
         self._leaf_lo = lo
         self._leaf_view = self._sums[lo : lo + self._capacity]
@@ -179,7 +180,10 @@ class PrioritizedSampler:
         self._gen = new_generator(self._seed)
         self._range_gen = new_generator([self._seed, 1])
         self._stamps = np.zeros(self._capacity, dtype=np.int64)
-        self._present = np.zeros(self._capacity, dtype=np.bool_)
+        #: which rows were added: ``P`` flags (the padding rows stay false), the kernels
+        #: take them all, ``_present`` is the ``capacity`` rows
+        self._present_p = np.zeros(p, dtype=np.bool_)
+        self._present = self._present_p[: self._capacity]
         self._n_present = 0
         self._max_priority = 1.0
         self._no_stamps = np.zeros(0, dtype=np.int64)
@@ -255,7 +259,7 @@ class PrioritizedSampler:
         value = self._max_priority**self._alpha
         self._n_present += int(
             B.add_rows(self._sums, self._mins, self._p, self._r0, self._nb, self._stamps,
-                       self._present, rows, value, np.empty(rows.shape[0], dtype=np.int64))
+                       self._present_p, rows, value, np.empty(rows.shape[0], dtype=np.int64))
         )
 
     def update_priorities(self, indices: Any, priorities: Any, stamps: Any = None) -> int:
@@ -303,9 +307,14 @@ class PrioritizedSampler:
             self._nodes = np.empty(k, dtype=np.int64)
         maxp = self._maxp
         maxp[0] = self._max_priority
+        # the minima read no ``present`` flag where every row of every eight-row leaf group
+        # is present (the padding rows past a capacity that is no multiple of 8 are not)
+        whole = full and self._capacity % 8 == 0
         skipped = int(
-            B.update_rows(self._sums, self._mins, self._p, self._r0, self._nb, self._stamps,
-                          rows, pr, self._eps, self._alpha, st, check, self._nodes[:k], maxp)
+            B.update_rows(self._sums, self._mins, self._p, self._r0, self._nb,
+                          self._present_p, whole,
+                          self._stamps, rows, pr, self._eps,
+                          self._alpha, st, check, self._nodes[:k], maxp)
         )
         self._max_priority = float(maxp[0])
         return skipped
@@ -384,8 +393,8 @@ class PrioritizedSampler:
             raise SamplerError("cannot sample: no row has been added (call note_added first)")
         u, scratch = self._scratch(indices.shape[0])
         self._range_gen.random(out=u)
-        B.sample_ranges(self._sums, self._mins, self._p, self._r0, self._nb, u, self._beta,
-                        lo0, hi0, lo1, hi1, indices, weights, scratch)
+        B.sample_ranges(self._sums, self._mins, self._p, self._r0, self._nb, self._present_p,
+                        u, self._beta, lo0, hi0, lo1, hi1, indices, weights, scratch)
         np.take(self._stamps, indices, out=stamps, mode="clip")  # leaves are in range
 
     def _draw(self, leaves: np.ndarray, weights: np.ndarray, stamps: np.ndarray) -> None:
@@ -446,22 +455,22 @@ class PrioritizedSampler:
         self._eps = check_real("eps", state["eps"], 0.0, True)
         self._seed = check_seed(state["seed"])
         self._max_priority = check_real("max_priority", state["max_priority"], 0.0, True)
-        self._load_leaves(leaves, np.where(present, leaves, np.inf))
         self._stamps[:] = stamps
         self._present[:] = present
         self._n_present = int(present.sum())
+        self._load_leaves(leaves)
         set_generator_state(self._gen, state["generator"])
         if "range_generator" in state:  # states saved before restricted draws moved here
             set_generator_state(self._range_gen, state["range_generator"])
 
-    def _load_leaves(self, sums: np.ndarray, mins: np.ndarray) -> None:
-        """Replace the leaves (sum and min values, ``capacity`` each) and rebuild."""
+    def _load_leaves(self, leaves: np.ndarray) -> None:
+        """Replace the ``capacity`` leaves and rebuild (the minima from them and the
+        ``present`` flags, which must be set first)."""
         lo, c = self._leaf_lo, self._capacity
         self._sums[:] = 0.0
         self._mins[:] = np.inf
-        self._sums[lo : lo + c] = sums
-        self._mins[lo : lo + c] = mins
-        B.build(self._sums, self._mins, self._p, self._r0, self._nb)
+        self._sums[lo : lo + c] = leaves
+        B.build(self._sums, self._mins, self._p, self._r0, self._nb, self._present_p)
 
     def __repr__(self) -> str:
         return (

@@ -26,26 +26,26 @@ class _Tree:
         self.p = p = self.ref.n_leaves_padded
         self.r0, self.nb, size = B.layout(p)
         self.sums = B.new_tree(size, 0.0)
-        self.mins = B.new_tree(size, np.inf)
+        self.mins = B.new_tree(size - p, np.inf)  # no leaf level
         self.leaves = np.zeros(cap)
-        self.present = np.zeros(cap, dtype=bool)
+        self.present_p = np.zeros(p, dtype=bool)
+        self.present = self.present_p[:cap]
 
     def set(self, rows: np.ndarray, vals: np.ndarray) -> None:
         for r, v in zip(rows.tolist(), vals.tolist()):
             q = B.leaf_slot(r, self.p, self.r0, self.nb)
             self.sums[q] = v
-            self.mins[q] = v
             self.leaves[r] = v
             self.present[r] = True
-        B.ancestors(self.sums, self.mins, self.p, self.r0, self.nb, rows,
-                    np.arange(rows.shape[0], dtype=np.int64), rows.shape[0])
+        B.ancestors(self.sums, self.mins, self.p, self.r0, self.nb, self.present_p, False,
+                    rows, np.arange(rows.shape[0], dtype=np.int64), rows.shape[0])
         self.ref.update(rows, vals)
 
     def binary(self) -> tuple[np.ndarray, np.ndarray]:
         s = np.zeros(2 * self.p)
         m = np.full(2 * self.p, np.inf)
-        B.to_binary(self.sums, self.p, self.r0, self.nb, False, s)
-        B.to_binary(self.mins, self.p, self.r0, self.nb, True, m)
+        B.to_binary(self.sums, self.mins, self.p, self.r0, self.nb, self.present_p, False, s)
+        B.to_binary(self.sums, self.mins, self.p, self.r0, self.nb, self.present_p, True, m)
         return s, m
 
 
@@ -110,7 +110,7 @@ def test_nodes_paths_prefixes_and_minima_match(cap):
         for lo in range(0, cap, max(1, cap // 6)):
             for hi in range(lo, cap + 1, max(1, cap // 4)):
                 assert B.prefix_mass(t.sums, t.p, t.r0, t.nb, hi) == K.prefix_mass(t.ref.sums, t.p, hi)
-                got = B.range_min(t.mins, t.p, t.r0, t.nb, lo, hi)
+                got = B.range_min(t.sums, t.mins, t.p, t.r0, t.nb, t.present_p, lo, hi)
                 want = t.leaves[lo:hi][t.present[lo:hi]].min() if t.present[lo:hi].any() else np.inf
                 assert got == want
 
@@ -120,11 +120,10 @@ def test_build_from_leaves_gives_the_same_bits(cap):
     rng = np.random.default_rng(1)
     t = _Tree(cap)
     t.set(rng.integers(0, cap, 3 * cap), rng.random(3 * cap))
-    s2, m2 = B.new_tree(t.sums.shape[0], 0.0), B.new_tree(t.sums.shape[0], np.inf)
+    s2, m2 = B.new_tree(t.sums.shape[0], 0.0), B.new_tree(t.mins.shape[0], np.inf)
     lo = B.leaf_slot(0, t.p, t.r0, t.nb)
     s2[lo : lo + cap] = t.sums[lo : lo + cap]
-    m2[lo : lo + cap] = t.mins[lo : lo + cap]
-    B.build(s2, m2, t.p, t.r0, t.nb)
+    B.build(s2, m2, t.p, t.r0, t.nb, t.present_p)
     np.testing.assert_array_equal(_bits(s2[1:]), _bits(t.sums[1:]))
     np.testing.assert_array_equal(_bits(m2[1:]), _bits(t.mins[1:]))
 
@@ -182,3 +181,26 @@ def test_tree_view_reads_live_and_copies_the_level_by_level_arrays():
     assert s.tree.leaves[0] == pytest.approx(1e-9)
     assert s.tree.sums[1] == pytest.approx(t.total)
     assert "PrioritizedTree(capacity=10" in repr(t)
+
+
+@pytest.mark.parametrize("cap", [5, 13, 64, 100, 4097, 70001])
+def test_full_sampler_minima_match_the_reference(cap):
+    """Once every row is present the update reads no ``present`` flag where every row of
+    every eight-row leaf group is present; a capacity that is no multiple of 8 leaves
+    absent padding rows in its last group, which must still count +inf in the minima."""
+    rng = np.random.default_rng(cap)
+    s = PrioritizedSampler(cap, alpha=1.0, eps=1e-9)
+    s.note_added(np.arange(cap))
+    for _ in range(3):
+        rows = np.concatenate([rng.integers(0, cap, 40), [cap - 1]])
+        vals = rng.random(rows.shape[0]) + 0.5
+        vals[-1] = 1e-3  # the last row, in the padded group, becomes the minimum
+        s.update_priorities(rows, vals)
+        leaves = np.array(s.tree.leaves)
+        ref_s, ref_m = sumtree_nodes_ref(leaves, np.ones(cap, bool), s.tree.n_leaves_padded)
+        np.testing.assert_array_equal(_bits(s.tree.mins[1:]), _bits(ref_m[1:]))
+        np.testing.assert_array_equal(_bits(s.tree.sums[1:]), _bits(ref_s[1:]))
+        s.update_priorities([cap - 1], [2.0])  # and no longer: the min moves back up
+        leaves = np.array(s.tree.leaves)
+        _, ref_m = sumtree_nodes_ref(leaves, np.ones(cap, bool), s.tree.n_leaves_padded)
+        assert s.tree.min == ref_m[1] == leaves.min()
