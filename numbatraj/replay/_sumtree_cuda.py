@@ -3,7 +3,9 @@
 Same layout as the host :class:`~numbatraj.samplers.SumTree` (``sums``/``mins`` float64
 ``(2P,)``, root 1, leaf ``i`` at ``P + i``, absent leaves 0 / +inf) and the same rule that
 every internal node is recomputed from its two children, so after the same writes the
-device tree equals the host tree bit for bit.  Ancestors are recomputed one level per
+device tree equals the host tree bit for bit, up to the leaves' ``pow``: a GPU's (libdevice,
+within 2 ulp) may round a leaf a few ulp away from the host's (glibc), which the simulator
+does not show (an H200 did, by 1 ulp).  Ancestors are recomputed one level per
 launch (``_ancestors_cuda``): threads whose leaves share a parent write the same value
 from the same, already final, children.
 
