@@ -312,8 +312,7 @@ class PrioritizedSampler:
         whole = full and self._capacity % 8 == 0
         skipped = int(
             B.update_rows(self._sums, self._mins, self._p, self._r0, self._nb,
-                          self._present_p, whole,
-                          self._stamps, rows, pr, self._eps,
+                          self._present_p, whole, self._stamps, rows, pr, self._eps,
                           self._alpha, st, check, self._nodes[:k], maxp)
         )
         self._max_priority = float(maxp[0])
