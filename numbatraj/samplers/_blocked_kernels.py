@@ -128,7 +128,7 @@ def _group_leaf_min(sums, present, q, i):  # type: ignore[no-untyped-def]
     """The node three levels above the eight leaves at sum slot ``q`` (rows ``i .. i + 7``)
     in the min tree, from the leaves' values and ``present``: the bits of :func:`_group`
     over the min leaves the level-by-level tree stores (where every row of the group is
-    present that is ``_group(sums, q, True)``)."""
+    present, that is ``_group(sums, q, True)``)."""
     a = _pair(_pair(_leaf_min(sums, present, q, i), _leaf_min(sums, present, q + 1, i + 1),
                     True),
               _pair(_leaf_min(sums, present, q + 2, i + 2),
