@@ -404,7 +404,8 @@ def update_rows(  # type: ignore[no-untyped-def]
     ``(priorities[j] + eps) ** alpha``; with ``check``, a row whose generation differs from
     ``stamps[j]`` is skipped.  ``maxp`` float64 (1,) is raised to the largest
     ``priorities[j] + eps`` applied; ``idx`` int64 scratch; ``present`` (``P`` entries) and
-    ``full`` (every row of every eight-row leaf group present) as :func:`ancestors`.  Returns the number skipped."""
+    ``full`` (every row of every eight-row leaf group present) as :func:`ancestors`.
+    Returns the number skipped."""
     skipped = 0
     top = maxp[0]
     k = rows.shape[0]
