@@ -15,21 +15,27 @@ three levels from the eight-leaf group) or writes 24 (the update).  Storage is a
 ``8P / 7`` slots per tree instead of ``2P``.
 
 The min tree stores no leaf level: a leaf's minimum is its sum leaf when the row is present
-and ``+inf`` when not (every writer sets both together), so the lowest stored level of
-minima is recomputed from the sum leaves' line and the rows' ``present`` flags (8 bytes,
-not read once every row of every leaf group is present).  An update then writes no min
-leaf, which at ``2**24`` rows was a line of a 128 MiB array per update: 4096 updates took
-430 us with it and 355 without (one thread, Intel Xeon VM, 2 MiB L2), and the minima take
-``P / 7`` slots instead of ``8P / 7``.
+and ``+inf`` when not (every writer sets both together).  From two bands up it stores not
+the band above the leaves either: a node there is recomputed from its group of eight leaves
+and the rows' ``present`` flags (8 bytes, not read once every row of every leaf group is
+present), and the lowest stored minima cover 64 leaves each.  An update keeps that lowest
+stored minimum from the row's old value instead of recomputing it (:func:`_set_leaf`): a
+value below it is the new minimum, the row that held it rising sends the node to a
+recomputation from its 64 leaves after the batch, any other change leaves it.  So an
+update writes no line of a ``P``-slot or ``P / 8``-slot array for the minima; it reads one
+line of a ``P / 64``-slot one.  Stop 35 removed the leaf level (4096 updates at ``2**24``
+rows, one thread, Intel Xeon VM: 430 -> 355 us); stop 36 the band above it (the update with
+warm caches 270 -> 228 us at ``2**24``, 101 -> 96 us at ``2**16``).  The minima take
+``P / 56`` slots.
 
 Layout of the sums' float64 array: a 16-slot header holding the levels ``0 .. r0`` (at most
 seven nodes, node ``n`` at slot ``n``), then the stored levels ``r0 + 3, r0 + 6, ..., L``, each
 starting on a 64-byte line (:func:`level_start`); leaf ``i`` is slot ``level_start(L) + i``,
 so the leaves are one contiguous run.  ``(p, r0, nb)`` describe it (:func:`layout`): ``P``,
 the header's last level and ``nb = L // 3``, the number of three-level bands below it.  The
-minima's array is the same less the leaves (``size - P`` slots, :func:`layout`'s third
-value minus ``P``); ``present`` (bool, ``P`` entries: the rows past the capacity stay
-false) holds which leaves were set.
+minima's array is the same up to their lowest stored band (:func:`min_size` slots);
+``present`` (bool, ``P`` entries: the rows past the capacity stay false) holds which leaves
+were set.
 
 Every stored value and every recomputed one is bit for bit the node the level-by-level
 tree holds, and the descent takes the same path with the same remainders, so draws,
@@ -53,7 +59,7 @@ from numbatraj.samplers._sumtree_kernels import (
     range_masses,
 )
 
-__all__ = ["layout", "new_tree"]
+__all__ = ["layout", "min_size", "new_tree"]
 
 #: Slots of the header (levels ``0 .. r0``, node ``n`` at slot ``n``).
 HEADER = 16
@@ -65,6 +71,16 @@ def layout(p: int) -> tuple[int, int, int]:
     r0, nb = levels % 3, levels // 3
     size = HEADER + sum(1 << (r0 + 3 * k) for k in range(1, nb + 1))
     return r0, nb, size
+
+
+def min_size(p: int) -> int:
+    """Slots of the minima's array over ``p`` leaves: the sums' layout up to the minima's
+    lowest stored band (the leaves, and with two bands or more the band above them, are not
+    stored)."""
+    r0, nb, size = layout(p)
+    if nb >= 2:
+        return HEADER + (((1 << r0) * ((1 << (3 * (nb - 1))) - 8)) // 7)
+    return size - p
 
 
 def new_tree(size: int, value: float) -> np.ndarray:
@@ -142,11 +158,17 @@ def _group_leaf_min(sums, present, q, i):  # type: ignore[no-untyped-def]
 
 @njit_kernel
 def _read(t, sums, present, s, lev, p, levels, is_min):  # type: ignore[no-untyped-def]
-    """The value at slot ``s`` of stored level ``lev``: the minima's leaf level is read
-    from the sum leaves (slot ``s``, row ``s - leaf slot 0``) and ``present``."""
+    """The value at slot ``s`` of stored level ``lev`` (a slot of the sums' layout): the
+    minima's leaf level is read from the sum leaves (slot ``s``, row ``s - leaf slot 0``)
+    and ``present``, and their unstored band above it (level ``L - 3``) from the group of
+    eight leaves under the node."""
+    r0, nb = levels % 3, levels // 3
     if is_min and lev == levels:
-        lo = leaf_slot(0, p, levels % 3, levels // 3)
+        lo = leaf_slot(0, p, r0, nb)
         return _leaf_min(sums, present, s, s - lo)
+    if is_min and nb >= 2 and lev == levels - 3:  # the minima's unstored band: 8 leaves
+        off = 8 * (s - level_start(nb - 1, r0))
+        return _group_leaf_min(sums, present, level_start(nb, r0) + off, off)
     return t[s]
 
 
@@ -191,15 +213,19 @@ def _header(t, r0, is_min):  # type: ignore[no-untyped-def]
 @njit_kernel
 def _rebuild_top(t, p, r0, nb, kmax, is_min, sums, present):  # type: ignore[no-untyped-def]
     """Recompute stored levels ``r0 + 3 kmax, ..., r0`` (the level below ``kmax`` final)
-    and the header; the minima's lowest stored level from the sum leaves and
-    ``present``."""
+    and the header; the minima's lowest stored level (``kmax <= nb - 2``, or ``nb - 1``
+    with one band) from the sum leaves and ``present``."""
     for k in range(kmax, -1, -1):
         base = 1 << (r0 + 3 * k)
         src = level_start(k + 1, r0)
-        if is_min and k == nb - 1:
+        if is_min and k == nb - 1:  # one band (nb == 1): the minima's header over leaves
             for a_off in range(base):
                 t[_slot(k, base + a_off, r0)] = _group_leaf_min(sums, present,
                                                                 src + 8 * a_off, 8 * a_off)
+        elif is_min and k == nb - 2:  # above the unstored band: 64 leaves each
+            for a_off in range(base):
+                t[_slot(k, base + a_off, r0)] = _min64(sums, present, False, base + a_off,
+                                                       p, r0, nb)
         else:
             for a_off in range(base):
                 t[_slot(k, base + a_off, r0)] = _group(t, src + 8 * a_off, is_min)
@@ -224,7 +250,162 @@ def build(sums, mins, p, r0, nb, present):  # type: ignore[no-untyped-def]
             mins[n] = x if x < y else y
         return
     _rebuild_top(sums, p, r0, nb, nb - 1, False, sums, present)
-    _rebuild_top(mins, p, r0, nb, nb - 1, True, sums, present)
+    _rebuild_top(mins, p, r0, nb, _min_top(nb), True, sums, present)
+
+
+@njit_kernel
+def _min_top(nb):  # type: ignore[no-untyped-def]
+    """The minima's lowest stored band: ``nb - 2`` (with two bands or more the band above
+    the leaves is not stored either), ``nb - 1`` with one band, ``-1`` (the header alone)
+    with none."""
+    return nb - 2 if nb >= 2 else nb - 1
+
+
+@njit_kernel
+def _min64(sums, present, full, a, p, r0, nb):  # type: ignore[no-untyped-def]
+    """The minimum of node ``a`` of band ``nb - 2`` (``nb >= 2``) from its 64 leaves, in
+    the order of the level-by-level tree: the eight groups' minima as :func:`_group` takes
+    them from the eight leaves each (``present`` read unless ``full``), then paired as
+    :func:`_group` pairs eight nodes."""
+    i0 = (a << 6) - p  # the node's first row
+    q0 = level_start(nb, r0) + i0
+    if full:
+        v0 = _group(sums, q0, True)
+        v1 = _group(sums, q0 + 8, True)
+        v2 = _group(sums, q0 + 16, True)
+        v3 = _group(sums, q0 + 24, True)
+        v4 = _group(sums, q0 + 32, True)
+        v5 = _group(sums, q0 + 40, True)
+        v6 = _group(sums, q0 + 48, True)
+        v7 = _group(sums, q0 + 56, True)
+    else:
+        v0 = _group_leaf_min(sums, present, q0, i0)
+        v1 = _group_leaf_min(sums, present, q0 + 8, i0 + 8)
+        v2 = _group_leaf_min(sums, present, q0 + 16, i0 + 16)
+        v3 = _group_leaf_min(sums, present, q0 + 24, i0 + 24)
+        v4 = _group_leaf_min(sums, present, q0 + 32, i0 + 32)
+        v5 = _group_leaf_min(sums, present, q0 + 40, i0 + 40)
+        v6 = _group_leaf_min(sums, present, q0 + 48, i0 + 48)
+        v7 = _group_leaf_min(sums, present, q0 + 56, i0 + 56)
+    x = _pair(_pair(v0, v1, True), _pair(v2, v3, True), True)
+    y = _pair(_pair(v4, v5, True), _pair(v6, v7, True), True)
+    return _pair(x, y, True)
+
+
+@njit_kernel
+def _set_leaf(sums, mins, slo, mlo, lo, r, v, o):  # type: ignore[no-untyped-def]
+    """Leaf ``r`` (slot ``lo + r``, ``nb >= 2``) becomes ``v``; ``o`` is its old minimum
+    leaf (its old value, ``+inf`` if it was absent).  Its band ``nb - 1`` sum (slot
+    ``slo + r // 8``) follows, and its band ``nb - 2`` minimum (slot ``mlo + r // 64``)
+    where that is known without the other leaves.  Returns 0 when the minimum stays, 1 when
+    it moved, 2 when it must be recomputed from the node's 64 leaves once the batch's
+    leaves are written (:func:`_recompute_deferred`).
+
+    The group's sum is taken from the eight leaves read before the write, ``v`` in place of
+    the old value (the bits of :func:`_group` after it; a wide load of a line just written
+    waited for the store).  With ``M`` the node's minimum, a value below ``M`` is the new
+    minimum; a row that held ``M`` and changed needs the other leaves; any other change
+    leaves ``M``.  Where a zero is involved the bits of a minimum depend on the order of the
+    pairs (``0.0 == -0.0``), so the node is recomputed.  Until a deferred node is
+    recomputed its stored minimum may be too small, never too large: a later row of the
+    batch that lowers it writes a value below every other leaf, and the recomputation finds
+    the node's value from the final leaves either way."""
+    g = lo + 8 * (r >> 3)
+    i = r & 7
+    x0 = v if i == 0 else sums[g]
+    x1 = v if i == 1 else sums[g + 1]
+    x2 = v if i == 2 else sums[g + 2]
+    x3 = v if i == 3 else sums[g + 3]
+    x4 = v if i == 4 else sums[g + 4]
+    x5 = v if i == 5 else sums[g + 5]
+    x6 = v if i == 6 else sums[g + 6]
+    x7 = v if i == 7 else sums[g + 7]
+    sums[lo + r] = v
+    sums[slo + (r >> 3)] = ((x0 + x1) + (x2 + x3)) + ((x4 + x5) + (x6 + x7))
+    ms = mlo + (r >> 6)
+    big = mins[ms]
+    if (v == 0.0) | (o == 0.0) | (big == 0.0):
+        return 2
+    if v < big:
+        mins[ms] = v
+        return 1
+    if (o == big) & (v != o):
+        return 2
+    return 0
+
+
+@njit_kernel
+def _band_starts(p, r0, nb):  # type: ignore[no-untyped-def]
+    """``(lo, slo, mlo)`` for ``nb >= 2``: the slots of leaf 0, of the first band-``nb - 1``
+    sum and of the first band-``nb - 2`` minimum (so leaf ``r``'s are ``lo + r``,
+    ``slo + r // 8`` and ``mlo + r // 64``)."""
+    mlo = level_start(nb - 2, r0) if nb >= 3 else 1 << r0  # band 0 is the header
+    return level_start(nb, r0), level_start(nb - 1, r0), mlo
+
+
+@njit_kernel
+def _recompute_deferred(sums, mins, p, r0, nb, present, full, rows, idx, c, nd):  # type: ignore[no-untyped-def]
+    """Recompute the band ``nb - 2`` minimum above each row ``rows[idx[k - nd:]]``
+    (``k = len(rows)``; the rows :func:`_set_leaf` deferred) from its 64 leaves, and add
+    those positions to the moved ones ``idx[:c]``; returns the new ``c``.  Reads each
+    deferred position before a moved one is written over it (``c + nd <= k``)."""
+    k = rows.shape[0]
+    for t in range(nd):
+        j = idx[k - nd + t]
+        a = (p + rows[j]) >> 6
+        mins[_slot(nb - 2, a, r0)] = _min64(sums, present, full, a, p, r0, nb)
+        idx[c] = j
+        c += 1
+    return c
+
+
+@njit_kernel
+def _climb(sums, mins, p, r0, nb, present, full, rows, idx, c, ks, km):  # type: ignore[no-untyped-def]
+    """Recompute the stored sums of bands ``ks, ks - 1, ..., 0`` above ``rows`` and the
+    stored minima of bands ``km, ..., 0`` above ``rows[idx[:c]]`` (``km <= ks``), each band
+    once the band below it is final; see :func:`ancestors`."""
+    k_up = rows.shape[0]
+    d = PREFETCH_AHEAD
+    levels = r0 + 3 * nb
+    k = ks
+    while k >= 0 and (1 << (r0 + 3 * k)) > k_up:
+        base = 1 << (r0 + 3 * k)
+        sh = levels - (r0 + 3 * k)  # row -> its ancestor at this level: (p + row) >> sh
+        src = level_start(k + 1, r0)
+        dst = level_start(k, r0) - base if k > 0 else 0
+        for j in range(min(d, k_up)):
+            _prefetch_write(sums, dst + ((p + rows[j]) >> sh))
+        for j in range(k_up):
+            if j + d < k_up:
+                _prefetch_write(sums, dst + ((p + rows[j + d]) >> sh))
+            a = (p + rows[j]) >> sh
+            sums[dst + a] = _group(sums, src + 8 * (a - base), False)
+        if k <= km:
+            for j in range(min(d, c)):
+                _prefetch_write(mins, dst + ((p + rows[idx[j]]) >> sh))
+            live = 0
+            for j in range(c):
+                if j + d < c:
+                    _prefetch_write(mins, dst + ((p + rows[idx[j + d]]) >> sh))
+                a = (p + rows[idx[j]]) >> sh
+                if k == nb - 2:  # above the unstored band: from the 64 leaves
+                    m = _min64(sums, present, full, a, p, r0, nb)
+                else:
+                    m = _group(mins, src + 8 * (a - base), True)
+                old = mins[dst + a]
+                mins[dst + a] = m
+                idx[live] = idx[j]
+                live += (m != old) | (m == 0.0)
+            c = live
+        k -= 1
+    if k >= 0:
+        _rebuild_top(sums, p, r0, nb, k, False, sums, present)
+    else:
+        _header(sums, r0, False)
+    if min(k, km) >= 0:
+        _rebuild_top(mins, p, r0, nb, min(k, km), True, sums, present)
+    else:
+        _header(mins, r0, True)
 
 
 @njit_kernel
@@ -244,52 +425,15 @@ def ancestors(sums, mins, p, r0, nb, present, full, rows, idx, c):  # type: igno
     bits differ), as in ``_sumtree_kernels._recompute_ancestors_cpu``: a node's minimum can
     change only if a child's did, and the first update to recompute a changed group sees
     every change below it.  The values are those of recomputing every ancestor.
+
+    Without the leaves' old values the minima's lowest stored band is recomputed from 64
+    leaves per update; :func:`add_rows` and :func:`update_rows` keep it from the old
+    values instead (:func:`_set_leaf`).
     """
-    k_up = rows.shape[0]
-    if nb == 0:
+    if nb < 2:  # at most 32 leaves: rebuild
         build(sums, mins, p, r0, nb, present)
         return
-    d = PREFETCH_AHEAD
-    levels = r0 + 3 * nb
-    k = nb - 1
-    while k >= 0 and (1 << (r0 + 3 * k)) > k_up:
-        base = 1 << (r0 + 3 * k)
-        sh = levels - (r0 + 3 * k)  # row -> its ancestor at this level: (p + row) >> sh
-        src = level_start(k + 1, r0)
-        dst = level_start(k, r0) - base if k > 0 else 0
-        for j in range(min(d, k_up)):
-            _prefetch_write(sums, dst + ((p + rows[j]) >> sh))
-        for j in range(k_up):
-            if j + d < k_up:
-                _prefetch_write(sums, dst + ((p + rows[j + d]) >> sh))
-            a = (p + rows[j]) >> sh
-            sums[dst + a] = _group(sums, src + 8 * (a - base), False)
-        for j in range(min(d, c)):
-            _prefetch_write(mins, dst + ((p + rows[idx[j]]) >> sh))
-        live = 0
-        leaf_band = k == nb - 1  # the group below is the sum leaves' line
-        for j in range(c):
-            if j + d < c:
-                _prefetch_write(mins, dst + ((p + rows[idx[j + d]]) >> sh))
-            a = (p + rows[idx[j]]) >> sh
-            if leaf_band:  # from the sum leaves: ``present`` is read unless ``full``
-                g = src + 8 * (a - base)
-                m = _group(sums, g, True) if full else _group_leaf_min(sums, present, g,
-                                                                       8 * (a - base))
-            else:
-                m = _group(mins, src + 8 * (a - base), True)
-            old = mins[dst + a]
-            mins[dst + a] = m
-            idx[live] = idx[j]
-            live += (m != old) | (m == 0.0)
-        c = live
-        k -= 1
-    if k >= 0:
-        _rebuild_top(sums, p, r0, nb, k, False, sums, present)
-        _rebuild_top(mins, p, r0, nb, k, True, sums, present)
-    else:
-        _header(sums, r0, False)
-        _header(mins, r0, True)
+    _climb(sums, mins, p, r0, nb, present, full, rows, idx, c, nb - 1, nb - 2)
 
 
 @njit_kernel
@@ -382,15 +526,37 @@ def add_rows(sums, mins, p, r0, nb, gen, present, rows, value, idx):  # type: ig
     of ``rows``' length.  Returns how many rows were not present before."""
     fresh = 0
     k = rows.shape[0]
+    if nb < 2:
+        for j in range(k):
+            r = rows[j]
+            gen[r] += 1
+            if not present[r]:
+                present[r] = True
+                fresh += 1
+            sums[leaf_slot(r, p, r0, nb)] = value
+        build(sums, mins, p, r0, nb, present)
+        return fresh
+    lo, slo, mlo = _band_starts(p, r0, nb)
+    c = 0
+    nd = 0
     for j in range(k):
         r = rows[j]
         gen[r] += 1
-        if not present[r]:
+        o = np.inf  # the old minimum leaf
+        if present[r]:
+            o = sums[lo + r]
+        else:
             present[r] = True
             fresh += 1
-        sums[leaf_slot(r, p, r0, nb)] = value
-        idx[j] = j
-    ancestors(sums, mins, p, r0, nb, present, False, rows, idx, k)
+        moved = _set_leaf(sums, mins, slo, mlo, lo, r, value, o)
+        if moved == 1:
+            idx[c] = j
+            c += 1
+        elif moved == 2:
+            nd += 1
+            idx[k - nd] = j
+    c = _recompute_deferred(sums, mins, p, r0, nb, present, False, rows, idx, c, nd)
+    _climb(sums, mins, p, r0, nb, present, False, rows, idx, c, nb - 2, nb - 3)
     return fresh
 
 
@@ -403,21 +569,47 @@ def update_rows(  # type: ignore[no-untyped-def]
     ``_sumtree_kernels._update_rows_cpu``: row ``rows[j]`` gets leaf value
     ``(priorities[j] + eps) ** alpha``; with ``check``, a row whose generation differs from
     ``stamps[j]`` is skipped.  ``maxp`` float64 (1,) is raised to the largest
-    ``priorities[j] + eps`` applied; ``idx`` int64 scratch; ``present`` (``P`` entries) and
-    ``full`` (every row of every eight-row leaf group present) as :func:`ancestors`.
-    Returns the number skipped."""
+    ``priorities[j] + eps`` applied; ``idx`` int64 scratch; ``present`` (``P`` entries,
+    every row of ``rows`` present) and ``full`` (every row of every eight-row leaf group
+    present) as :func:`ancestors`.  Returns the number skipped.
+
+    One pass writes each leaf, its band ``nb - 1`` sum (from the leaf's line, in cache) and
+    its band ``nb - 2`` minimum (:func:`_set_leaf`), prefetching those lines and the
+    generation ``PREFETCH_AHEAD`` rows ahead; the bands above follow as in
+    :func:`ancestors`."""
     skipped = 0
     top = maxp[0]
     k = rows.shape[0]
     d = PREFETCH_AHEAD
+    if nb < 2:
+        for j in range(k):
+            r = rows[j]
+            if check and gen[r] != stamps[j]:
+                skipped += 1
+                continue
+            q = priorities[j] + eps
+            if q > top:
+                top = q
+            sums[leaf_slot(r, p, r0, nb)] = q**alpha
+        build(sums, mins, p, r0, nb, present)
+        maxp[0] = top
+        return skipped
+    lo, slo, mlo = _band_starts(p, r0, nb)
     for j in range(min(d, k)):
-        _prefetch(gen, rows[j])
-        _prefetch_write(sums, leaf_slot(rows[j], p, r0, nb))
+        r = rows[j]
+        _prefetch(gen, r)
+        _prefetch_write(sums, lo + r)
+        _prefetch_write(sums, slo + (r >> 3))
+        _prefetch(mins, mlo + (r >> 6))
     c = 0
+    nd = 0
     for j in range(k):
         if j + d < k:
-            _prefetch(gen, rows[j + d])
-            _prefetch_write(sums, leaf_slot(rows[j + d], p, r0, nb))
+            r = rows[j + d]
+            _prefetch(gen, r)
+            _prefetch_write(sums, lo + r)
+            _prefetch_write(sums, slo + (r >> 3))
+            _prefetch(mins, mlo + (r >> 6))
         r = rows[j]
         if check and gen[r] != stamps[j]:
             skipped += 1
@@ -425,12 +617,17 @@ def update_rows(  # type: ignore[no-untyped-def]
         q = priorities[j] + eps
         if q > top:
             top = q
-        sums[leaf_slot(r, p, r0, nb)] = q**alpha
-        idx[c] = j
-        c += 1
+        moved = _set_leaf(sums, mins, slo, mlo, lo, r, q**alpha, sums[lo + r])
+        if moved == 1:
+            idx[c] = j
+            c += 1
+        elif moved == 2:
+            nd += 1
+            idx[k - nd] = j
+    c = _recompute_deferred(sums, mins, p, r0, nb, present, full, rows, idx, c, nd)
     # the sums go up from every row (a skipped row's path comes out the same), the minima
-    # from the applied ones
-    ancestors(sums, mins, p, r0, nb, present, full, rows, idx, c)
+    # from the moved ones
+    _climb(sums, mins, p, r0, nb, present, full, rows, idx, c, nb - 2, nb - 3)
     maxp[0] = top
     return skipped
 

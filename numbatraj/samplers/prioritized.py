@@ -166,9 +166,10 @@ class PrioritizedSampler:
         self._p = p
         self._r0, self._nb, size = B.layout(p)
         #: the sums and minima, one cache line per three levels (``_blocked_kernels``);
-        #: the minima have no leaf level (a present row's min leaf is its sum leaf)
+        #: the minima store neither the leaf level (a present row's min leaf is its sum
+        #: leaf) nor, from 64 leaves up, the band above it (``B.min_size``)
         self._sums = B.new_tree(size, 0.0)
-        self._mins = B.new_tree(size - p, np.inf)
+        self._mins = B.new_tree(B.min_size(p), np.inf)
         lo = int(B.leaf_slot(0, p, self._r0, self._nb))
         self._leaf_lo = lo
         self._leaf_view = self._sums[lo : lo + self._capacity]

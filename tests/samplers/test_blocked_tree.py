@@ -26,7 +26,7 @@ class _Tree:
         self.p = p = self.ref.n_leaves_padded
         self.r0, self.nb, size = B.layout(p)
         self.sums = B.new_tree(size, 0.0)
-        self.mins = B.new_tree(size - p, np.inf)  # no leaf level
+        self.mins = B.new_tree(B.min_size(p), np.inf)  # no leaf level, nor the band above
         self.leaves = np.zeros(cap)
         self.present_p = np.zeros(p, dtype=bool)
         self.present = self.present_p[:cap]
@@ -204,3 +204,70 @@ def test_full_sampler_minima_match_the_reference(cap):
         leaves = np.array(s.tree.leaves)
         _, ref_m = sumtree_nodes_ref(leaves, np.ones(cap, bool), s.tree.n_leaves_padded)
         assert s.tree.min == ref_m[1] == leaves.min()
+
+
+@pytest.mark.parametrize("cap", [64, 100, 512, 513, 4097, 70000])
+def test_updates_and_adds_keep_the_minima_from_the_old_leaves(cap):
+    """``update_rows`` and ``add_rows`` keep the minima's lowest stored band (64 leaves per
+    node) from each row's old value: a value below the node's minimum becomes it, the row
+    that held the minimum rising (or any zero) sends the node to a recomputation after the
+    batch's leaves are written, any other change leaves it.  Every node, after every batch,
+    equals the reference bit for bit; the batches raise group minima, lower other rows of
+    the same group later in the same batch, repeat rows, tie, write zeros of both signs
+    (``add_rows`` writes its value as given), skip stale stamps and add over absent and
+    present rows."""
+    rng = np.random.default_rng(cap)
+    p = 1 << max(0, (cap - 1).bit_length())
+    r0, nb, size = B.layout(p)
+    sums, mins = B.new_tree(size, 0.0), B.new_tree(B.min_size(p), np.inf)
+    present_p = np.zeros(p, bool)
+    gen = np.zeros(cap, np.int64)
+    leaves, present = np.zeros(cap), np.zeros(cap, bool)
+    maxp = np.ones(1)
+    ref = SumTree(cap)  # the level-by-level kernels: the same pairs, so the same zero bits
+
+    def check() -> None:
+        s, m = np.zeros(2 * p), np.full(2 * p, np.inf)
+        B.to_binary(sums, mins, p, r0, nb, present_p, False, s)
+        B.to_binary(sums, mins, p, r0, nb, present_p, True, m)
+        np.testing.assert_array_equal(_bits(s[1:]), _bits(ref.sums[1:]))
+        np.testing.assert_array_equal(_bits(m[1:]), _bits(ref.mins[1:]))
+        ref_s, ref_m = sumtree_nodes_ref(leaves, present, p)  # Python's min: ties differ
+        np.testing.assert_array_equal(s[1:], ref_s[1:])
+        np.testing.assert_array_equal(m[1:], ref_m[1:])
+
+    for it in range(14):
+        k = int(rng.integers(1, 3 * cap // 2 + 2)) if it % 3 == 0 else int(rng.integers(1, 40))
+        rows = rng.integers(0, cap, k)
+        value = float(rng.choice([0.0, -0.0, 0.25, 1.0, rng.random()]))
+        B.add_rows(sums, mins, p, r0, nb, gen, present_p, rows, value, np.empty(k, np.int64))
+        gen_ref = gen.copy()
+        leaves[rows], present[rows] = value, True
+        ref.update(rows, np.full(k, value))
+        check()
+        have = np.flatnonzero(present)
+        # the rows holding their 64-leaf group's minimum, raised; then rows of those groups
+        # lowered, some below the old minimum; then any rows
+        groups = have // 64
+        holders = np.array([have[groups == g][np.argmin(leaves[have[groups == g]])]
+                            for g in np.unique(groups)[:20]])
+        mates = have[np.isin(groups, holders // 64)]
+        rows = np.concatenate([holders, rng.choice(mates, 10), rng.choice(have, 30),
+                               holders[:3]])
+        pr = np.concatenate([leaves[holders] + rng.choice([0.0, 0.5, 2.0], holders.size),
+                             rng.choice([0.0, 0.125, 0.25, 1.0], 10) * (it % 2),
+                             rng.choice([0.0, 0.25, 0.5, rng.random()], 30),
+                             np.full(holders[:3].size, 0.0 if it % 4 == 1 else 3.0)])
+        stamps = gen[rows].copy()
+        stale = rng.random(rows.size) < 0.1
+        stamps[stale] -= 1
+        full = bool(present_p.all())
+        skipped = B.update_rows(sums, mins, p, r0, nb, present_p, full, gen, rows, pr, 0.0,
+                                1.0, stamps, True, np.empty(rows.size, np.int64), maxp)
+        assert skipped == int(stale.sum())
+        for r, v, bad in zip(rows.tolist(), pr.tolist(), stale.tolist()):
+            if not bad:
+                leaves[r] = v  # alpha 1, eps 0: the leaf is the priority
+        ref.update(rows[~stale], pr[~stale])
+        np.testing.assert_array_equal(gen, gen_ref)
+        check()
