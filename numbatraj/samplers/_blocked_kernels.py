@@ -265,11 +265,13 @@ def _min_top(nb):  # type: ignore[no-untyped-def]
 def _min64(sums, present, full, a, p, r0, nb):  # type: ignore[no-untyped-def]
     """The minimum of node ``a`` of band ``nb - 2`` (``nb >= 2``) from its 64 leaves, in
     the order of the level-by-level tree: the eight groups' minima as :func:`_group` takes
-    them from the eight leaves each (``present`` read unless ``full``), then paired as
-    :func:`_group` pairs eight nodes."""
+    them from the eight leaves each, then paired as :func:`_group` pairs eight nodes.
+    ``full`` (every row of every eight-row group present) spares the ``present`` reads only
+    where the node's last row is present too: a capacity that is a multiple of 8 but not
+    of 64 leaves absent padding rows in its last 64-row node."""
     i0 = (a << 6) - p  # the node's first row
     q0 = level_start(nb, r0) + i0
-    if full:
+    if full and present[i0 + 63]:
         v0 = _group(sums, q0, True)
         v1 = _group(sums, q0 + 8, True)
         v2 = _group(sums, q0 + 16, True)
