@@ -346,19 +346,28 @@ def _band_starts(p, r0, nb):  # type: ignore[no-untyped-def]
 
 
 @njit_kernel
-def _recompute_deferred(sums, mins, p, r0, nb, present, full, rows, idx, c, nd):  # type: ignore[no-untyped-def]
-    """Recompute the band ``nb - 2`` minimum above each row ``rows[idx[k - nd:]]``
-    (``k = len(rows)``; the rows :func:`_set_leaf` deferred) from its 64 leaves, and add
-    those positions to the moved ones ``idx[:c]``; returns the new ``c``.  Reads each
-    deferred position before a moved one is written over it (``c + nd <= k``)."""
-    k = rows.shape[0]
-    for t in range(nd):
-        j = idx[k - nd + t]
-        a = (p + rows[j]) >> 6
-        mins[_slot(nb - 2, a, r0)] = _min64(sums, present, full, a, p, r0, nb)
-        idx[c] = j
-        c += 1
-    return c
+def _prefetch_row(gen, sums, mins, lo, slo, mlo, r):  # type: ignore[no-untyped-def]
+    """Prefetch what :func:`update_rows` reads and writes for row ``r``: its generation,
+    its leaf, its band ``nb - 1`` sum (both for writing) and its band ``nb - 2``
+    minimum."""
+    _prefetch(gen, r)
+    _prefetch_write(sums, lo + r)
+    _prefetch_write(sums, slo + (r >> 3))
+    _prefetch(mins, mlo + (r >> 6))
+
+
+@njit_kernel
+def _recompute_deferred(sums, mins, p, r0, nb, present, full, rows, idx, c):  # type: ignore[no-untyped-def]
+    """Among the positions ``idx[:c]`` that :func:`_set_leaf` answered for, the deferred
+    ones are kept as ``-1 - j``: recompute the band ``nb - 2`` minimum above each such row
+    ``rows[j]`` from its 64 leaves (the batch's leaves all written) and put ``j`` back, so
+    that ``idx[:c]`` are the positions whose minimum may have moved."""
+    for t in range(c):
+        if idx[t] < 0:
+            j = -1 - idx[t]
+            a = (p + rows[j]) >> 6
+            mins[_slot(nb - 2, a, r0)] = _min64(sums, present, full, a, p, r0, nb)
+            idx[t] = j
 
 
 @njit_kernel
@@ -540,7 +549,6 @@ def add_rows(sums, mins, p, r0, nb, gen, present, rows, value, idx):  # type: ig
         return fresh
     lo, slo, mlo = _band_starts(p, r0, nb)
     c = 0
-    nd = 0
     for j in range(k):
         r = rows[j]
         gen[r] += 1
@@ -551,13 +559,10 @@ def add_rows(sums, mins, p, r0, nb, gen, present, rows, value, idx):  # type: ig
             present[r] = True
             fresh += 1
         moved = _set_leaf(sums, mins, slo, mlo, lo, r, value, o)
-        if moved == 1:
-            idx[c] = j
+        if moved != 0:  # a deferred position is kept as -1 - j
+            idx[c] = j if moved == 1 else -1 - j
             c += 1
-        elif moved == 2:
-            nd += 1
-            idx[k - nd] = j
-    c = _recompute_deferred(sums, mins, p, r0, nb, present, False, rows, idx, c, nd)
+    _recompute_deferred(sums, mins, p, r0, nb, present, False, rows, idx, c)
     _climb(sums, mins, p, r0, nb, present, False, rows, idx, c, nb - 2, nb - 3)
     return fresh
 
@@ -583,35 +588,18 @@ def update_rows(  # type: ignore[no-untyped-def]
     top = maxp[0]
     k = rows.shape[0]
     d = PREFETCH_AHEAD
-    if nb < 2:
-        for j in range(k):
-            r = rows[j]
-            if check and gen[r] != stamps[j]:
-                skipped += 1
-                continue
-            q = priorities[j] + eps
-            if q > top:
-                top = q
-            sums[leaf_slot(r, p, r0, nb)] = q**alpha
-        build(sums, mins, p, r0, nb, present)
-        maxp[0] = top
-        return skipped
-    lo, slo, mlo = _band_starts(p, r0, nb)
-    for j in range(min(d, k)):
-        r = rows[j]
-        _prefetch(gen, r)
-        _prefetch_write(sums, lo + r)
-        _prefetch_write(sums, slo + (r >> 3))
-        _prefetch(mins, mlo + (r >> 6))
+    small = nb < 2  # at most 32 leaves: write them, then rebuild
+    if small:
+        lo, slo, mlo = leaf_slot(0, p, r0, nb), 0, 0
+        d = k  # no prefetch
+    else:
+        lo, slo, mlo = _band_starts(p, r0, nb)
+    for j in range(0 if small else min(d, k)):
+        _prefetch_row(gen, sums, mins, lo, slo, mlo, rows[j])
     c = 0
-    nd = 0
     for j in range(k):
         if j + d < k:
-            r = rows[j + d]
-            _prefetch(gen, r)
-            _prefetch_write(sums, lo + r)
-            _prefetch_write(sums, slo + (r >> 3))
-            _prefetch(mins, mlo + (r >> 6))
+            _prefetch_row(gen, sums, mins, lo, slo, mlo, rows[j + d])
         r = rows[j]
         if check and gen[r] != stamps[j]:
             skipped += 1
@@ -619,18 +607,21 @@ def update_rows(  # type: ignore[no-untyped-def]
         q = priorities[j] + eps
         if q > top:
             top = q
+        if small:
+            sums[lo + r] = q**alpha
+            continue
         moved = _set_leaf(sums, mins, slo, mlo, lo, r, q**alpha, sums[lo + r])
-        if moved == 1:
-            idx[c] = j
+        if moved != 0:  # a deferred position is kept as -1 - j
+            idx[c] = j if moved == 1 else -1 - j
             c += 1
-        elif moved == 2:
-            nd += 1
-            idx[k - nd] = j
-    c = _recompute_deferred(sums, mins, p, r0, nb, present, full, rows, idx, c, nd)
+    maxp[0] = top
+    if small:
+        build(sums, mins, p, r0, nb, present)
+        return skipped
+    _recompute_deferred(sums, mins, p, r0, nb, present, full, rows, idx, c)
     # the sums go up from every row (a skipped row's path comes out the same), the minima
     # from the moved ones
     _climb(sums, mins, p, r0, nb, present, full, rows, idx, c, nb - 2, nb - 3)
-    maxp[0] = top
     return skipped
 
 
