@@ -79,7 +79,7 @@ def min_size(p: int) -> int:
     stored)."""
     r0, nb, size = layout(p)
     if nb >= 2:
-        return HEADER + (((1 << r0) * ((1 << (3 * (nb - 1))) - 8)) // 7)
+        return int(level_start(nb - 1, r0))
     return size - p
 
 
