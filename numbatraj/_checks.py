@@ -42,6 +42,8 @@ def check_seed(seed: Any) -> int:
 
 def check_count(name: str, value: Any, minimum: int = 1) -> int:
     """An integer argument (batch size, row count, window) of at least ``minimum``."""
+    if type(value) is int and value >= minimum:  # the common case, without the ABC check
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise SamplerError(f"{name} must be an integer, got {value!r} ({type(value).__name__})")
     value = int(value)

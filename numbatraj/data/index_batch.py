@@ -38,7 +38,7 @@ class IndexBatch:
 
     def __post_init__(self) -> None:
         idx = self.indices
-        if not is_device_array(idx):
+        if (type(idx) is not np.ndarray or idx.dtype != np.int64) and not is_device_array(idx):
             idx = np.asarray(idx)
             if idx.dtype != np.int64:
                 if idx.dtype.kind not in "iu":

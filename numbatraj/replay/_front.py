@@ -145,6 +145,10 @@ class ReplayFront(abc.ABC):
         #: outputs of a transition draw per (batch size or None, n-step or not)
         self._nstep_schema_ok = False
         self._out_cache: dict[tuple[int | None, bool], Any] = {}
+        # sample_into's checks: the column names, and per batch size each output's
+        # (name, dtype, shape)
+        self._out_names = frozenset(self._cols.names)
+        self._out_expect: dict[int, tuple[tuple[str, np.dtype, tuple[int, ...]], ...]] = {}
         st = self._streams
         asked = [o for o, on in (("n_envs", st.n_envs > 1), ("next_of", bool(st.next_of)),
                                  ("frame_stack", bool(st.frame_stack))) if on]
@@ -790,15 +794,32 @@ class ReplayFront(abc.ABC):
                 "add() rows first"
             )
 
+    def _outputs_of(self, b: int) -> tuple[tuple[str, np.dtype, tuple[int, ...]], ...]:
+        """``(name, dtype, shape)`` of every output of a plain draw of ``b`` rows (kept for
+        a few batch sizes)."""
+        want = self._out_expect.get(b)
+        if want is None:
+            if len(self._out_expect) >= 8:
+                self._out_expect.clear()
+            want = self._out_expect[b] = tuple(
+                (name, self._cols.sample_dtype(name), (b, *spec.shape))
+                for name, spec in self._cols.specs.items())
+        return want
+
     def _check_outputs(self, outputs: Mapping[str, Any], b: int) -> dict[str, Any]:
-        if set(outputs) != set(self._cols.names):
+        want = self._outputs_of(b)
+        names = self._out_names
+        keys = getattr(outputs, "keys", None)
+        if keys is None:
+            raise SchemaError(f"sample_into: outputs must be a mapping of column name to "
+                              f"array, got {type(outputs).__name__}")
+        if keys() != names and set(outputs) != names:  # dict keys compare as a set
             raise SchemaError(
                 f"sample_into: outputs has columns {sorted(outputs)}, expected "
                 f"{sorted(self._cols.names)}"
             )
-        return {name: self._check_output(name, outputs[name], self._cols.sample_dtype(name),
-                                         (b, *spec.shape))
-                for name, spec in self._cols.specs.items()}
+        check = self._check_output
+        return {name: check(name, outputs[name], dt, shape) for name, dt, shape in want}
 
     @abc.abstractmethod
     def _check_output(self, name: str, out: Any, dtype: np.dtype,

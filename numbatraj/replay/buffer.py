@@ -750,6 +750,18 @@ class StoreReplay(ReplayFront):
         idx = batch.indices
         b = idx.shape[0]
         ere = self._ere
+        uni = self._uni
+        if (ere is None and uni is not None and self._size
+                and (self._fraction is None or not self._n_demo)):
+            # the plain draw (one joint population: split_batch says -1), without the
+            # sampler's argument checks: idx is this replay's own int64 array
+            n = self._n_demo + self._size
+            if uni._n != n:
+                uni.n_rows = n
+            uni._fill(idx, b, 0, n)
+            _rk.ring_physical_cpu(idx, self._n_demo, self._d, self._r,
+                                  window_start_py(self._cursor, self._size, self._r), idx)
+            return
         c = self._size if ere is None else _draw.ere_window(ere, self._size, k, K)
         m = _draw.split_batch(b, self._n_demo, self._size, self._fraction, ere is not None)
         per, uni = self._per, self._uni
@@ -903,19 +915,19 @@ class StoreReplay(ReplayFront):
         return block
 
     def _new_outputs(self, b: int) -> dict[str, np.ndarray]:
-        return block_outputs({n: (self._cols.sample_dtype(n), (b, *s.shape))
-                              for n, s in self._cols.specs.items()})
+        return block_outputs({n: (dt, shape) for n, dt, shape in self._outputs_of(b)})
 
     def _check_output(self, name: str, out: Any, dtype: np.dtype,
                       shape: tuple[int, ...]) -> np.ndarray:
         if type(out) is not np.ndarray:  # a torch CPU tensor or DLPack exporter: its view
             out = host_buffer(out, f"sample_into: outputs[{name!r}]")
-        if out.dtype != dtype or out.shape != shape:
+        if out.shape != shape or out.dtype != dtype:
             got = f"{out.dtype} {out.shape}" if isinstance(out, np.ndarray) else type(out).__name__
             raise SchemaError(
                 f"sample_into: outputs[{name!r}] is {got}, expected {dtype.name} {shape}"
             )
-        if not out.flags.c_contiguous or not out.flags.writeable:
+        f = out.flags
+        if not (f.c_contiguous and f.writeable):
             raise SchemaError(f"sample_into: outputs[{name!r}] must be C-contiguous, writeable")
         return out
 

@@ -469,7 +469,7 @@ def test_auto_calibration_keeps_threads_only_where_they_win(monkeypatch, threads
     monkeypatch.setattr(J, "AUTO_WARMUP", 2)
     monkeypatch.setattr(J, "_CORES", 2)
     monkeypatch.setattr(J, "_last_region", [float("-inf"), 1.0])
-    monkeypatch.setattr(numba, "get_num_threads", lambda: 2)
+    monkeypatch.setattr(J, "numba_threads", lambda: 2)  # what parallel_threads asks
     nb = J.PARALLEL_MIN_BYTES
     monkeypatch.setattr(J, "_running_now", lambda: 2)  # busy: serial, no trial
     assert J.parallel_threads(nb, auto="x") == 1

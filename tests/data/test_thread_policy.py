@@ -71,3 +71,31 @@ def test_digests_are_serial_by_default_and_parallel_only_when_asked(monkeypatch,
         finally:
             numbatraj.set_num_threads(None)
         assert calls == [buf.size]
+
+
+def test_numba_threads_follows_numba_per_thread():
+    """``_jit.numba_threads`` (the per-call query the policy uses) answers what
+    ``numba.get_num_threads`` does, after a change through Numba itself and on another
+    thread (the count is per thread)."""
+    import threading
+
+    import numba
+
+    from numbatraj import _jit
+
+    top = int(numba.config.NUMBA_NUM_THREADS)
+    assert _jit.numba_threads() == numba.get_num_threads() == top
+    try:
+        numba.set_num_threads(1)
+        assert _jit.numba_threads() == 1
+        seen = []
+        t = threading.Thread(target=lambda: seen.append(_jit.numba_threads()))
+        t.start()
+        t.join()
+        assert seen == [top]  # a new thread starts with every thread
+        if top > 1:
+            numba.set_num_threads(2)
+            assert _jit.numba_threads() == 2
+    finally:
+        numba.set_num_threads(top)
+    assert _jit.numba_threads() == top

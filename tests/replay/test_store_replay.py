@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import pytest
 
@@ -123,6 +125,50 @@ def test_sampling_errors():
         StoreReplay(sac_columns(), 4, demo_capacity=4)
     with pytest.raises(SamplerError, match="capacity must be >= 1"):
         StoreReplay(sac_columns(), 0)
+
+
+def test_sample_into_checks_reused_outputs_on_every_call():
+    """The expected (name, dtype, shape) of each output is kept per batch size; the arrays
+    passed are still checked on every call, and a refused call fills nothing."""
+    rep = StoreReplay(sac_columns(), 16, seed=3)
+    rep.add(**rows(0, 16))
+    outs = {k: np.empty((8, *s.shape), s.dtype) for k, s in rep.columns.items()}
+    rep.sample_into(outs, 8)
+    rep.sample_into(outs, 8)  # the kept expectations, the same arrays: fine
+    before = {k: v.copy() for k, v in outs.items()}
+    outs["obs"].shape = (2, 4, 3)  # the same array object, reshaped in place
+    with pytest.raises(SchemaError, match=r"outputs\['obs'\] is float32 \(2, 4, 3\), expected float32 \(8, 3\)"):
+        rep.sample_into(outs, 8)
+    outs["obs"].shape = (8, 3)
+    outs["reward"].flags.writeable = False
+    with pytest.raises(SchemaError, match=r"outputs\['reward'\] must be C-contiguous, writeable"):
+        rep.sample_into(outs, 8)
+    outs["reward"] = np.empty(8, np.float64)
+    with pytest.raises(SchemaError, match=r"outputs\['reward'\] is float64 \(8,\), expected float32 \(8,\)"):
+        rep.sample_into(outs, 8)
+    for k in before:
+        if k != "reward":
+            np.testing.assert_array_equal(outs[k], before[k])  # nothing drawn into them
+    outs["reward"] = np.empty(8, np.float32)
+    outs["extra"] = np.empty(8, np.float32)
+    with pytest.raises(SchemaError, match="outputs has columns"):
+        rep.sample_into(outs, 8)
+    del outs["extra"]
+    with pytest.raises(SchemaError, match="mapping of column name to array, got list"):
+        rep.sample_into(list(outs.values()), 8)
+
+    class Columns(Mapping):  # a Mapping that is not a dict: its keys compared as a set
+        def __getitem__(self, k):
+            return outs[k]
+
+        def __iter__(self):
+            return iter(reversed(list(outs)))
+
+        def __len__(self):
+            return len(outs)
+
+    got = rep.sample_into(Columns(), 8)
+    np.testing.assert_array_equal(row_ids(outs), row_ids(rep.rows(got.indices)))
 
 
 def test_demo_prefix_survives_many_wraps_and_refuses_overflow():
