@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numba
@@ -333,15 +333,14 @@ def free_cores() -> int:
     return max(_CORES - running, 0)
 
 
-@contextlib.contextmanager
-def parallel_region() -> Iterator[None]:
+_NO_LOCK = contextlib.nullcontext()
+
+
+def parallel_region() -> contextlib.AbstractContextManager[Any]:
     """Hold around every parallel kernel launch: launches from several threads at once are
-    serialised when the threading layer cannot take them (workqueue, without TBB)."""
-    if CONCURRENT_PARALLEL_OK:
-        yield
-    else:
-        with PARALLEL_LOCK:
-            yield
+    serialised when the threading layer cannot take them (workqueue, without TBB).  The
+    lock itself, or a reusable null context (no generator per launch)."""
+    return _NO_LOCK if CONCURRENT_PARALLEL_OK else PARALLEL_LOCK
 
 
 _numba_get_threads: Callable[[], int] | None = None
@@ -375,14 +374,12 @@ def numba_threads() -> int:
 
 def parallel_call(kernel: Callable[..., Any], threads: int, *args: Any) -> Any:
     """``kernel(*args)`` (a parallel kernel) on exactly ``threads`` of Numba's threads, the
-    count restored afterwards, as :func:`parallel_region` would hold it."""
+    count restored afterwards, inside :func:`parallel_region`."""
     before = numba_threads()
     if threads != before:
         numba.set_num_threads(threads)
     try:
-        if CONCURRENT_PARALLEL_OK:
-            return kernel(*args)
-        with PARALLEL_LOCK:
+        with parallel_region():
             return kernel(*args)
     finally:
         _last_region[0] = time.monotonic()

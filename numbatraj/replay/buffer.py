@@ -750,18 +750,6 @@ class StoreReplay(ReplayFront):
         idx = batch.indices
         b = idx.shape[0]
         ere = self._ere
-        uni = self._uni
-        if (ere is None and uni is not None and self._size
-                and (self._fraction is None or not self._n_demo)):
-            # the plain draw (one joint population: split_batch says -1), without the
-            # sampler's argument checks: idx is this replay's own int64 array
-            n = self._n_demo + self._size
-            if uni._n != n:
-                uni.n_rows = n
-            uni._fill(idx, b, 0, n)
-            _rk.ring_physical_cpu(idx, self._n_demo, self._d, self._r,
-                                  window_start_py(self._cursor, self._size, self._r), idx)
-            return
         c = self._size if ere is None else _draw.ere_window(ere, self._size, k, K)
         m = _draw.split_batch(b, self._n_demo, self._size, self._fraction, ere is not None)
         per, uni = self._per, self._uni
@@ -780,8 +768,8 @@ class StoreReplay(ReplayFront):
         n = self._n_demo + self._size
         if uni.n_rows != n:  # the population (every held row) grew since the last draw
             uni.n_rows = n
-        if m < 0:
-            uni.sample_into(idx)
+        if m < 0:  # the sampler's own fill: idx is this replay's int64 array, no checks
+            uni._fill(idx, b, 0, n)
             start = window_start_py(self._cursor, self._size, self._r)
             _rk.ring_physical_cpu(idx, self._n_demo, self._d, self._r, start, idx)
             return
