@@ -226,9 +226,11 @@ def _rebuild_top(t, p, r0, nb, kmax, is_min, sums, present):  # type: ignore[no-
             for a_off in range(base):
                 t[_slot(k, base + a_off, r0)] = _min64(sums, present, False, base + a_off,
                                                        p, r0, nb)
-        else:
+        else:  # node base + a_off at slot dst + a_off (the slot taken out of the loop:
+            # 4,096 nodes 20 -> 14 us)
+            dst = level_start(k, r0) if k > 0 else base
             for a_off in range(base):
-                t[_slot(k, base + a_off, r0)] = _group(t, src + 8 * a_off, is_min)
+                t[dst + a_off] = _group(t, src + 8 * a_off, is_min)
     _header(t, r0, is_min)
 
 
@@ -371,6 +373,35 @@ def _recompute_deferred(sums, mins, p, r0, nb, present, full, rows, idx, c):  # 
 
 
 @njit_kernel
+def _min_band_rows(sums, mins, p, r0, nb, present, full, rows, idx, c, k):  # type: ignore[no-untyped-def]
+    """Recompute the band-``k`` minima above ``rows[idx[:c]]`` (band ``k + 1`` final),
+    each node's line prefetched for writing ``PREFETCH_AHEAD`` updates ahead; keep in
+    ``idx`` the positions whose minimum moved (a zero always counts as moved: ``0.0 ==
+    -0.0`` while their bits differ) and return how many."""
+    d = PREFETCH_AHEAD
+    base = 1 << (r0 + 3 * k)
+    sh = r0 + 3 * nb - (r0 + 3 * k)
+    src = level_start(k + 1, r0)
+    dst = level_start(k, r0) - base if k > 0 else 0
+    for j in range(min(d, c)):
+        _prefetch_write(mins, dst + ((p + rows[idx[j]]) >> sh))
+    live = 0
+    for j in range(c):
+        if j + d < c:
+            _prefetch_write(mins, dst + ((p + rows[idx[j + d]]) >> sh))
+        a = (p + rows[idx[j]]) >> sh
+        if k == nb - 2:  # above the unstored band: from the 64 leaves
+            m = _min64(sums, present, full, a, p, r0, nb)
+        else:
+            m = _group(mins, src + 8 * (a - base), True)
+        old = mins[dst + a]
+        mins[dst + a] = m
+        idx[live] = idx[j]
+        live += (m != old) | (m == 0.0)
+    return live
+
+
+@njit_kernel
 def _climb(sums, mins, p, r0, nb, present, full, rows, idx, c, ks, km):  # type: ignore[no-untyped-def]
     """Recompute the stored sums of bands ``ks, ks - 1, ..., 0`` above ``rows`` and the
     stored minima of bands ``km, ..., 0`` above ``rows[idx[:c]]`` (``km <= ks``), each band
@@ -392,29 +423,23 @@ def _climb(sums, mins, p, r0, nb, present, full, rows, idx, c, ks, km):  # type:
             a = (p + rows[j]) >> sh
             sums[dst + a] = _group(sums, src + 8 * (a - base), False)
         if k <= km:
-            for j in range(min(d, c)):
-                _prefetch_write(mins, dst + ((p + rows[idx[j]]) >> sh))
-            live = 0
-            for j in range(c):
-                if j + d < c:
-                    _prefetch_write(mins, dst + ((p + rows[idx[j + d]]) >> sh))
-                a = (p + rows[idx[j]]) >> sh
-                if k == nb - 2:  # above the unstored band: from the 64 leaves
-                    m = _min64(sums, present, full, a, p, r0, nb)
-                else:
-                    m = _group(mins, src + 8 * (a - base), True)
-                old = mins[dst + a]
-                mins[dst + a] = m
-                idx[live] = idx[j]
-                live += (m != old) | (m == 0.0)
-            c = live
+            c = _min_band_rows(sums, mins, p, r0, nb, present, full, rows, idx, c, k)
         k -= 1
     if k >= 0:
         _rebuild_top(sums, p, r0, nb, k, False, sums, present)
     else:
         _header(sums, r0, False)
-    if min(k, km) >= 0:
-        _rebuild_top(mins, p, r0, nb, min(k, km), True, sums, present)
+    # the minima go on row by row while fewer of them moved than the band has nodes, and
+    # stop where none moved: nothing above changes then (at 2**24 rows the minima's top,
+    # 4,096 nodes rebuilt on every update, took 20 us where a few moved minima take 1)
+    k = min(k, km)
+    while k >= 0 and c > 0 and c < (1 << (r0 + 3 * k)):
+        c = _min_band_rows(sums, mins, p, r0, nb, present, full, rows, idx, c, k)
+        k -= 1
+    if c == 0:
+        return
+    if k >= 0:
+        _rebuild_top(mins, p, r0, nb, k, True, sums, present)
     else:
         _header(mins, r0, True)
 
@@ -431,8 +456,9 @@ def ancestors(sums, mins, p, r0, nb, present, full, rows, idx, c):  # type: igno
     reads the eight-node group under its ancestor (the line the band below just wrote, in
     cache) and writes that ancestor, whose line is prefetched for writing
     ``PREFETCH_AHEAD`` updates ahead; once a stored level holds no more nodes than there
-    are updates, it and every level above are recomputed in order instead.  The minima go
-    up only while they move (a zero always counts as moved: ``0.0 == -0.0`` while their
+    are updates (for the minima: than there are moved minima), it and every level above
+    are recomputed in order instead.  The minima go up only while they move, and stop
+    where none did (a zero always counts as moved: ``0.0 == -0.0`` while their
     bits differ), as in ``_sumtree_kernels._recompute_ancestors_cpu``: a node's minimum can
     change only if a child's did, and the first update to recompute a changed group sees
     every change below it.  The values are those of recomputing every ancestor.
