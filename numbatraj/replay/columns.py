@@ -93,8 +93,9 @@ class ReplayColumns:
         #: no attribute of the spec
         self._items = tuple((n, s, s.dtype, s.shape, len(s.shape))
                             for n, s in self.specs.items())
-        #: (name, dtype, row shape, scalar type or None) per column, for :meth:`single_row`
-        self._one = tuple(
+        #: (name, dtype, row shape, scalar type or None) per column: what a row given exactly
+        #: as stored looks like (``StoreReplay.add`` takes such a row without a copy)
+        self.one_row_checks = tuple(
             (n, s.dtype, s.shape, s.dtype.type if s.shape == () else None)
             for n, s in self.specs.items()
         )
@@ -154,31 +155,6 @@ class ReplayColumns:
                 )
             out[name] = v
         return out, n
-
-    def single_row(self, rows: Mapping[str, Any]) -> list[Any] | None:
-        """Every column's value, in declaration order, when ``rows`` is exactly one row of
-        every declared column given as a numpy array of the declared dtype and row shape (or,
-        for a scalar column, a numpy scalar of the declared type); otherwise None, and the
-        caller goes through :meth:`check_rows`, which also produces the errors.
-
-        This is the fast path of a one-transition ``add``: no conversion, no copy.
-        """
-        if len(rows) != len(self._one):
-            return None
-        out = []
-        try:  # as many keys as columns and every column found: the same keys
-            for name, dt, shape, st in self._one:
-                v = rows[name]
-                t = type(v)
-                if t is np.ndarray:
-                    if v.shape != shape or (v.dtype is not dt and v.dtype != dt):
-                        return None
-                elif t is not st:
-                    return None
-                out.append(v)
-        except KeyError:
-            return None
-        return out
 
     def _raise_names(self, rows: Mapping[str, Any], what: str) -> None:
         specs = self.specs

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -10,8 +12,16 @@ import pytest
 from numbatraj.data import ColumnSpec, IndexBatch
 from numbatraj.errors import SamplerError, SchemaError
 from numbatraj.replay import StoreReplay
+from numbatraj.replay.columns import ReplayColumns
 from tests.reference import ere_window_ref, time_order_ref
 from tests.replay.helpers import row_ids, rows, sac_columns
+
+
+@contextlib.contextmanager
+def _fast_path_only() -> Iterator[None]:
+    """Fail any add that leaves the one-row fast path (the batch checks convert and copy)."""
+    with mock.patch.object(ReplayColumns, "check_rows", side_effect=AssertionError("slow path")):
+        yield
 
 
 def _held(rep):
@@ -396,8 +406,7 @@ def test_row_records_hold_every_column_and_gathers_agree():
         rep.add(**{k: v[i : i + 3] for k, v in data.items()})
     for i in range(15, n):  # the held rows 11..19 mix both paths
         one = {k: v[i] for k, v in data.items()}
-        assert rep._cols.single_row(one) is not None  # the one-row fast path
-        rep.add(**one)
+        rep.add(**one)  # one row at a time (a quantised column: through the kernels)
     assert rep.n_added == n
     held = rep.rows()
     ids = held["id"] // 1_000_003
@@ -460,7 +469,9 @@ def test_python_scalars_out_of_the_column_range_name_the_column(bad, value):
     assert held["a"].tolist() == [255, 0] and held["i"].tolist() == [-32768, 32767]
     assert held["x"][0] == 65504 and np.isinf(held["x"][1])
     one = {"a": np.uint8(1), "i": np.int16(2), "x": np.float16(3)}  # the fast path
-    assert rep._cols.single_row(one) is not None
+    with _fast_path_only():
+        rep.add(**one)
+    assert rep.rows()["x"][-1] == 3
 
 
 @pytest.mark.parametrize("prioritized", [False, True])
@@ -574,3 +585,46 @@ def test_record_layout_keeps_the_walk_columns_together_and_next_columns_after(na
     held = rep.rows()
     for s in specs:
         np.testing.assert_array_equal(held[s.name], data[s.name][2:])
+
+
+def test_one_row_fast_path_takes_only_rows_given_as_stored():
+    """``add`` writes one row without the batch checks only when every declared column is
+    given exactly as stored; any other row goes through ``check_rows``, which converts it
+    or names the culprit, and a refused row changes nothing."""
+    rep = StoreReplay(sac_columns(), 8)
+    good = {k: v[0] for k, v in rows(0, 1).items()}
+    with _fast_path_only():
+        rep.add(**good)
+    calls = []
+    real = ReplayColumns.check_rows
+
+    def spy(self, r, *a, **kw):  # type: ignore[no-untyped-def]
+        calls.append(sorted(r))
+        return real(self, r, *a, **kw)
+
+    converted = [  # rows the batch path takes as one row
+        dict(good, reward=0.5),  # a Python float for a float32 scalar
+        dict(good, obs=list(good["obs"])),  # a list for an array
+        dict(good, obs=good["obs"][None]),  # a batch of one
+    ]
+    refused = [
+        (dict(good, obs=good["obs"].astype(np.float64)), "column 'obs' is float32, got float64"),
+        (dict(good, obs=good["obs"][:2]), "column 'obs' rows have shape"),
+        ({k: v for k, v in good.items() if k != "done"}, "missing column"),
+        (dict(good, extra=np.float32(1)), "column 'extra' is not declared"),
+        (dict(good, done=np.float32(1)), "column 'done'"),
+    ]
+    with mock.patch.object(ReplayColumns, "check_rows", spy):
+        for row in converted:
+            rep.add(**row)
+        for row, msg in refused:
+            before = rep.rows()
+            with pytest.raises(SchemaError, match=msg):
+                rep.add(**row)
+            after = rep.rows()
+            assert before.keys() == after.keys()
+            for k in before:
+                np.testing.assert_array_equal(before[k], after[k])
+    assert len(calls) == len(converted) + len(refused)
+    assert rep.n_added == 1 + len(converted)
+    np.testing.assert_array_equal(rep.rows()["reward"], [0.0, 0.5, 0.0, 0.0])
