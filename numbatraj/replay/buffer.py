@@ -668,9 +668,9 @@ class StoreReplay(ReplayFront):
         less than one kernel dispatch per column costs.  The record's columns go in as one
         tuple into a structured view of the record (:func:`_one_plan`; 474 ns against 598
         ns for five item assignments, the issue's 168-byte record).  The checks and the
-        write are inlined here (2.38 -> 2.10 us an add of the bench's five columns, against
-        a call for the checks and one for the write).  Anything else, and every error, goes through
-        :meth:`ReplayColumns.check_rows`.
+        write are inlined here: 2.28 -> 2.10 us an add of the bench's five columns, against
+        a call for the checks and one for the write.  Anything else, and every error, goes
+        through :meth:`ReplayColumns.check_rows`.
         """
         plan = self._one_plan
         if plan is not None and len(rows) == len(self._one_checks):
