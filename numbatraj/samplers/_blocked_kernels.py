@@ -49,8 +49,9 @@ never raise and never allocate.
 from __future__ import annotations
 
 import numpy as np
+from numba import prange
 
-from numbatraj._jit import njit_kernel
+from numbatraj._jit import njit_kernel, njit_parallel
 from numbatraj.samplers._sumtree_kernels import (
     PREFETCH_AHEAD,
     _prefetch,
@@ -536,24 +537,44 @@ def find(sums, p, r0, nb, masses, out, leafvals):  # type: ignore[no-untyped-def
 
 
 @njit_kernel
+def _sample_span(sums, p, r0, nb, gen, u, out, stamps, scratch, lo, hi):  # type: ignore[no-untyped-def]
+    """Draws ``lo .. hi - 1`` of :func:`sample` (the masses of the whole batch's strata)."""
+    seg = sums[1] / u.shape[0]
+    masses = scratch[0, lo:hi]
+    leaves = out[lo:hi]
+    for i in range(lo, hi):
+        scratch[0, i] = (i + u[i]) * seg
+    find(sums, p, r0, nb, masses, leaves, scratch[1, lo:hi])
+    n = hi - lo
+    d = PREFETCH_AHEAD
+    for i in range(min(d, n)):
+        _prefetch(gen, leaves[i])
+    for i in range(n):
+        if i + d < n:
+            _prefetch(gen, leaves[i + d])
+        stamps[lo + i] = gen[leaves[i]]
+
+
+@njit_kernel
 def sample(sums, p, r0, nb, gen, u, out, stamps, scratch):  # type: ignore[no-untyped-def]
     """Stratified proportional draws and their generation stamps, as
     ``_sumtree_kernels._sample_prioritized_cpu``: draw ``i`` takes prefix mass
     ``(i + u[i]) * total / B``; ``scratch`` float64 (2, B), row 1 the leaves' values."""
+    _sample_span(sums, p, r0, nb, gen, u, out, stamps, scratch, 0, u.shape[0])
+
+
+@njit_parallel
+def sample_par(sums, p, r0, nb, gen, u, out, stamps, scratch, parts):  # type: ignore[no-untyped-def]
+    """:func:`sample` on Numba's threads: the batch cut into ``parts`` runs of draws, each
+    run descending on its own (the draws are independent), so the draws, stamps and leaf
+    values are those of :func:`sample` bit for bit."""
     b = u.shape[0]
-    seg = sums[1] / b
-    masses = scratch[0]
-    leafvals = scratch[1]
-    for i in range(b):
-        masses[i] = (i + u[i]) * seg
-    find(sums, p, r0, nb, masses, out, leafvals)
-    d = PREFETCH_AHEAD
-    for i in range(min(d, b)):
-        _prefetch(gen, out[i])
-    for i in range(b):
-        if i + d < b:
-            _prefetch(gen, out[i + d])
-        stamps[i] = gen[out[i]]
+    step = (b + parts - 1) // parts
+    for t in prange(parts):
+        lo = min(b, t * step)
+        hi = min(b, lo + step)
+        if lo < hi:
+            _sample_span(sums, p, r0, nb, gen, u, out, stamps, scratch, lo, hi)
 
 
 @njit_kernel

@@ -11,10 +11,12 @@ old content of a row that has since been overwritten is recognised and skipped.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
 
+from numbatraj import _jit
 from numbatraj._checks import (
     as_host_values,
     check_count,
@@ -35,6 +37,10 @@ __all__ = ["PrioritizedSampler", "PrioritizedTree"]
 
 _I64 = np.dtype(np.int64)
 _F32 = np.dtype(np.float32)
+
+#: The thread policy's kind of a draw (``numbatraj._jit.parallel_threads``).  A draw's size
+#: for the policy is the cache lines its descent reads, ``64 * B * (bands + 1)`` bytes.
+DRAW_KIND = "prioritized draw"
 
 
 def _check_outputs(indices: Any, weights: Any, stamps: Any) -> int:
@@ -400,10 +406,24 @@ class PrioritizedSampler:
     def _draw(self, leaves: np.ndarray, weights: np.ndarray, stamps: np.ndarray) -> None:
         if self._n_present == 0 or not self._sums[1] > 0.0:
             raise SamplerError("cannot sample: no row has been added (call note_added first)")
-        u, scratch = self._scratch(leaves.shape[0])
+        b = leaves.shape[0]
+        u, scratch = self._scratch(b)
         self._gen.random(out=u)
-        B.sample(self._sums, self._p, self._r0, self._nb, self._stamps, u, leaves, stamps,
-                 scratch)
+        args = (self._sums, self._p, self._r0, self._nb, self._stamps, u, leaves, stamps,
+                scratch)
+        nbytes = 64 * b * (self._nb + 1)
+        if _jit.below_floor(nbytes, DRAW_KIND):  # small: serial, no clock
+            B.sample(*args)
+        else:
+            threads = _jit.parallel_threads(nbytes, auto=DRAW_KIND)
+            timed = _jit.calibrating(DRAW_KIND, nbytes)
+            t0 = time.perf_counter() if timed else 0.0
+            if threads == 1:
+                B.sample(*args)
+            else:
+                _jit.parallel_call(B.sample_par, threads, *args, threads)
+            if timed:
+                _jit.note_time(DRAW_KIND, threads, time.perf_counter() - t0, nbytes)
         # w_i = (N P(i))**-beta / max_j w_j = (leaf_i / min_leaf)**-beta (N and the total
         # cancel; the largest weight is the smallest leaf's, the min-tree root)
         w = scratch[0]
