@@ -297,6 +297,25 @@ def calibrating(kind: str, nbytes: int) -> bool:
     return nbytes >= min_bytes(kind) and _explicit is None and kind not in _verdict
 
 
+def auto_call(kind: str, nbytes: int, items: int, serial: Callable[..., Any],
+              parallel: Callable[..., Any], *args: Any) -> Any:
+    """``serial(*args)``, or ``parallel(*args, threads)`` on the threads
+    :func:`parallel_threads` gives auto kind ``kind`` for ``nbytes`` (at least two of the
+    ``items`` a thread, else serial), timed for the kind's calibration while it is open."""
+    threads = parallel_threads(nbytes, auto=kind)
+    if threads > 1 and items < 2 * threads:
+        threads = 1
+    timed = calibrating(kind, nbytes)
+    t0 = time.perf_counter() if timed else 0.0
+    if threads > 1:
+        got = parallel_call(parallel, threads, *args, threads)
+    else:
+        got = serial(*args)
+    if timed:
+        note_time(kind, threads, time.perf_counter() - t0, nbytes)
+    return got
+
+
 def auto_verdicts() -> dict[str, bool]:
     """The verdicts reached so far, kind -> threads kept (for reports and tests)."""
     return dict(_verdict)

@@ -164,18 +164,8 @@ def _wide_gather(words: np.ndarray, idx: np.ndarray, out: np.ndarray,
     if idx_b is None or out_b is None:
         idx_b, out_b = idx[:0], out[:0]
     nbytes = out.nbytes + out_b.nbytes
-    threads = parallel_threads(nbytes, auto="replay wide gather")
-    if threads > 1 and idx.shape[0] < 2 * threads:
-        threads = 1
-    timed = calibrating("replay wide gather", nbytes)
-    t0 = time.perf_counter() if timed else 0.0
-    if threads > 1:
-        parallel_call(_rk.gather_wide_pair_par_cpu, threads, words, idx, out, words, idx_b,
-                      out_b, threads)
-    else:
-        _rk.gather_wide_pair_cpu(words, idx, out, words, idx_b, out_b)
-    if timed:
-        note_time("replay wide gather", threads, time.perf_counter() - t0, nbytes)
+    _jit.auto_call("replay wide gather", nbytes, idx.shape[0], _rk.gather_wide_pair_cpu,
+                   _rk.gather_wide_pair_par_cpu, words, idx, out, words, idx_b, out_b)
 
 
 @dataclass(frozen=True)

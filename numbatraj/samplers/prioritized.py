@@ -11,7 +11,6 @@ old content of a row that has since been overwritten is recognised and skipped.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
@@ -415,15 +414,7 @@ class PrioritizedSampler:
         if _jit.below_floor(nbytes, DRAW_KIND):  # small: serial, no clock
             B.sample(*args)
         else:
-            threads = _jit.parallel_threads(nbytes, auto=DRAW_KIND)
-            timed = _jit.calibrating(DRAW_KIND, nbytes)
-            t0 = time.perf_counter() if timed else 0.0
-            if threads == 1:
-                B.sample(*args)
-            else:
-                _jit.parallel_call(B.sample_par, threads, *args, threads)
-            if timed:
-                _jit.note_time(DRAW_KIND, threads, time.perf_counter() - t0, nbytes)
+            _jit.auto_call(DRAW_KIND, nbytes, b, B.sample, B.sample_par, *args)
         # w_i = (N P(i))**-beta / max_j w_j = (leaf_i / min_leaf)**-beta (N and the total
         # cancel; the largest weight is the smallest leaf's, the min-tree root)
         w = scratch[0]
