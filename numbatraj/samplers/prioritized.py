@@ -38,7 +38,9 @@ _I64 = np.dtype(np.int64)
 _F32 = np.dtype(np.float32)
 
 #: The thread policy's kind of a draw (``numbatraj._jit.parallel_threads``).  A draw's size
-#: for the policy is the cache lines its descent reads, ``64 * B * (bands + 1)`` bytes.
+#: for the policy is the cache lines its descent reads, ``64 * B * (bands + 1)`` bytes.  Each
+#: tree depth is calibrated apart (``_jit.auto_variant``): the threads win on a tree past
+#: the caches and not on one inside them, at the same bytes.
 DRAW_KIND = "prioritized draw"
 
 
@@ -170,6 +172,8 @@ class PrioritizedSampler:
             p *= 2
         self._p = p
         self._r0, self._nb, size = B.layout(p)
+        #: this tree depth's thread-policy kind (its own calibration)
+        self._draw_kind = _jit.auto_variant(DRAW_KIND, f"2^{p.bit_length() - 1} leaves")
         #: the sums and minima, one cache line per three levels (``_blocked_kernels``);
         #: the minima store neither the leaf level (a present row's min leaf is its sum
         #: leaf) nor, from 64 leaves up, the band above it (``B.min_size``)
@@ -411,10 +415,11 @@ class PrioritizedSampler:
         args = (self._sums, self._p, self._r0, self._nb, self._stamps, u, leaves, stamps,
                 scratch)
         nbytes = 64 * b * (self._nb + 1)
-        if _jit.below_floor(nbytes, DRAW_KIND):  # small: serial, no clock
+        kind = self._draw_kind
+        if _jit.below_floor(nbytes, kind):  # small: serial, no clock
             B.sample(*args)
         else:
-            _jit.auto_call(DRAW_KIND, nbytes, b, B.sample, B.sample_par, *args)
+            _jit.auto_call(kind, nbytes, b, B.sample, B.sample_par, *args)
         # w_i = (N P(i))**-beta / max_j w_j = (leaf_i / min_leaf)**-beta (N and the total
         # cancel; the largest weight is the smallest leaf's, the min-tree root)
         w = scratch[0]

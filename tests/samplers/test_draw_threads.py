@@ -122,3 +122,37 @@ def test_small_draw_never_starts_a_region(monkeypatch):
         assert calls == ([top] if top > 1 else [])
     finally:
         numbatraj.set_num_threads(None)
+
+
+def test_each_tree_depth_is_calibrated_apart(monkeypatch):
+    """Two samplers of different depths keep verdicts of their own (the threads win on a
+    tree past the caches and not on one inside them, at the same bytes), two of the same
+    depth share one, and a variant takes its kind's floor."""
+    monkeypatch.setattr(J, "_verdict", {})
+    monkeypatch.setattr(J, "_trials", {})
+    monkeypatch.setattr(J, "_retry_at", {})
+    monkeypatch.setattr(J, "_retry_wait", {})
+    monkeypatch.setattr(J, "_clock", lambda: 1000.0)
+    monkeypatch.setattr(J, "AUTO_TRIALS", 4)
+    monkeypatch.setattr(J, "AUTO_WARMUP", 1)
+    monkeypatch.setattr(J, "_CORES", 2)
+    monkeypatch.setattr(J, "_last_region", [float("-inf"), 1.0])
+    monkeypatch.setattr(J, "numba_threads", lambda: 2)
+    monkeypatch.setattr(J, "_running_now", lambda: 1)  # idle: one free core besides ours
+    numbatraj.set_num_threads(None)
+    small, big, big2 = PrioritizedSampler(1 << 6), PrioritizedSampler(1 << 12), \
+        PrioritizedSampler(3000)
+    assert small._draw_kind != big._draw_kind == big2._draw_kind
+    assert small._draw_kind.startswith(DRAW_KIND)
+    floor = J.AUTO_MIN_BYTES[DRAW_KIND]
+    for kind in (small._draw_kind, big._draw_kind):
+        assert J.min_bytes(kind) == floor
+        assert J.below_floor(floor - 1, kind) and not J.below_floor(floor, kind)
+    # the threads win on the large tree only (seconds per byte: serial 1, threaded 0.5)
+    for i in range(2 * J.AUTO_TRIALS):
+        for kind, win in ((small._draw_kind, False), (big._draw_kind, True)):
+            th = J.parallel_threads(floor, auto=kind)
+            J.note_time(kind, th, 0.5 if (th > 1 and win) else 1.0, floor)
+    assert J.auto_verdicts() == {small._draw_kind: False, big._draw_kind: True}
+    assert J.parallel_threads(floor, auto=big2._draw_kind) == 2
+    assert J.parallel_threads(floor, auto=small._draw_kind) == 1
