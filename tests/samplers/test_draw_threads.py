@@ -149,7 +149,7 @@ def test_each_tree_depth_is_calibrated_apart(monkeypatch):
         assert J.min_bytes(kind) == floor
         assert J.below_floor(floor - 1, kind) and not J.below_floor(floor, kind)
     # the threads win on the large tree only (seconds per byte: serial 1, threaded 0.5)
-    for i in range(2 * J.AUTO_TRIALS):
+    for _ in range(2 * J.AUTO_TRIALS):
         for kind, win in ((small._draw_kind, False), (big._draw_kind, True)):
             th = J.parallel_threads(floor, auto=kind)
             J.note_time(kind, th, 0.5 if (th > 1 and win) else 1.0, floor)
