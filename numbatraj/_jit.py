@@ -166,9 +166,9 @@ def min_bytes(auto: str | None) -> int:
 def below_floor(nbytes: int, auto: str) -> bool:
     """``nbytes < min_bytes(auto)`` for an auto kind, as one expression: the small gathers
     test it on every call and then skip :func:`parallel_threads` and :func:`calibrating`
-    (together 1.1 us of a 32-row column gather's 1.8 us over ``np.take``, Intel Xeon VM)."""
-    return nbytes < PARALLEL_MIN_BYTES and nbytes < AUTO_MIN_BYTES.get(
-        _AUTO_BASE.get(auto, auto), PARALLEL_MIN_BYTES)
+    (together 1.1 us of a 32-row column gather's 1.8 us over ``np.take``, Intel Xeon VM).
+    ``auto`` is a kind, not a variant (:func:`auto_variant`: it has its kind's floor)."""
+    return nbytes < PARALLEL_MIN_BYTES and nbytes < AUTO_MIN_BYTES.get(auto, PARALLEL_MIN_BYTES)
 
 
 _explicit: int | None = None  # the n of the last set_num_threads(n), None until called

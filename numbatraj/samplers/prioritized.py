@@ -415,11 +415,10 @@ class PrioritizedSampler:
         args = (self._sums, self._p, self._r0, self._nb, self._stamps, u, leaves, stamps,
                 scratch)
         nbytes = 64 * b * (self._nb + 1)
-        kind = self._draw_kind
-        if _jit.below_floor(nbytes, kind):  # small: serial, no clock
+        if _jit.below_floor(nbytes, DRAW_KIND):  # small: serial, no clock
             B.sample(*args)
         else:
-            _jit.auto_call(kind, nbytes, b, B.sample, B.sample_par, *args)
+            _jit.auto_call(self._draw_kind, nbytes, b, B.sample, B.sample_par, *args)
         # w_i = (N P(i))**-beta / max_j w_j = (leaf_i / min_leaf)**-beta (N and the total
         # cancel; the largest weight is the smallest leaf's, the min-tree root)
         w = scratch[0]

@@ -147,7 +147,7 @@ def test_each_tree_depth_is_calibrated_apart(monkeypatch):
     floor = J.AUTO_MIN_BYTES[DRAW_KIND]
     for kind in (small._draw_kind, big._draw_kind):
         assert J.min_bytes(kind) == floor
-        assert J.below_floor(floor - 1, kind) and not J.below_floor(floor, kind)
+        assert J.parallel_threads(floor - 1, auto=kind) == 1
     # the threads win on the large tree only (seconds per byte: serial 1, threaded 0.5)
     for _ in range(2 * J.AUTO_TRIALS):
         for kind, win in ((small._draw_kind, False), (big._draw_kind, True)):
