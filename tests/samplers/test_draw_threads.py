@@ -156,3 +156,18 @@ def test_each_tree_depth_is_calibrated_apart(monkeypatch):
     assert J.auto_verdicts() == {small._draw_kind: False, big._draw_kind: True}
     assert J.parallel_threads(floor, auto=big2._draw_kind) == 2
     assert J.parallel_threads(floor, auto=small._draw_kind) == 1
+
+
+def test_draw_calls_the_policy_with_its_depth(monkeypatch):
+    """A draw past the floor hands the policy its own depth's variant, not the kind."""
+    kinds: list[str] = []
+
+    def spy(kind, nbytes, items, serial, parallel, *args):  # type: ignore[no-untyped-def]
+        kinds.append(kind)
+        return serial(*args)
+
+    monkeypatch.setattr(J, "auto_call", spy)
+    a, b = _filled(1 << 6, 1), _filled(1 << 12, 2)
+    b.sample(4096)
+    a.sample(1 << 13)
+    assert kinds == [b._draw_kind, a._draw_kind] and b._draw_kind != a._draw_kind != DRAW_KIND
