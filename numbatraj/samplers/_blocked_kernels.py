@@ -48,10 +48,12 @@ never raise and never allocate.
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 from numba import prange
 
 from numbatraj._jit import njit_kernel, njit_parallel
+from numbatraj.samplers import _gen_runs as R
 from numbatraj.samplers._sumtree_kernels import (
     PREFETCH_AHEAD,
     _prefetch,
@@ -64,6 +66,10 @@ __all__ = ["layout", "min_size", "new_tree"]
 
 #: Slots of the header (levels ``0 .. r0``, node ``n`` at slot ``n``).
 HEADER = 16
+
+
+#: generations' intervals marked invalid: the kernels read the dense array
+_DENSE = np.zeros(R.LENGTH, dtype=np.int64)
 
 
 def layout(p: int) -> tuple[int, int, int]:
@@ -349,11 +355,12 @@ def _band_starts(p, r0, nb):  # type: ignore[no-untyped-def]
 
 
 @njit_kernel
-def _prefetch_row(gen, sums, mins, lo, slo, mlo, r):  # type: ignore[no-untyped-def]
-    """Prefetch what :func:`update_rows` reads and writes for row ``r``: its generation,
-    its leaf, its band ``nb - 1`` sum (both for writing) and its band ``nb - 2``
-    minimum."""
-    _prefetch(gen, r)
+def _prefetch_row(gen, pf_gen, sums, mins, lo, slo, mlo, r):  # type: ignore[no-untyped-def]
+    """Prefetch what :func:`update_rows` reads and writes for row ``r``: its generation
+    (with ``pf_gen``), its leaf, its band ``nb - 1`` sum (both for writing) and its band
+    ``nb - 2`` minimum."""
+    if pf_gen:
+        _prefetch(gen, r)
     _prefetch_write(sums, lo + r)
     _prefetch_write(sums, slo + (r >> 3))
     _prefetch(mins, mlo + (r >> 6))
@@ -537,14 +544,17 @@ def find(sums, p, r0, nb, masses, out, leafvals):  # type: ignore[no-untyped-def
 
 
 @njit_kernel
-def _sample_span(sums, p, r0, nb, gen, u, out, stamps, scratch, lo, hi):  # type: ignore[no-untyped-def]
-    """Draws ``lo .. hi - 1`` of :func:`sample` (the masses of the whole batch's strata)."""
+def _sample_span(sums, p, r0, nb, gen, runs, u, out, stamps, scratch, lo, hi):  # type: ignore[no-untyped-def]
+    """Draws ``lo .. hi - 1`` of :func:`draw` (the masses of the whole batch's strata)."""
     seg = sums[1] / u.shape[0]
     masses = scratch[0, lo:hi]
     leaves = out[lo:hi]
     for i in range(lo, hi):
         scratch[0, i] = (i + u[i]) * seg
     find(sums, p, r0, nb, masses, leaves, scratch[1, lo:hi])
+    if runs[1] == 1:  # the generations' intervals: no line of ``gen`` read
+        R.stamps_of(runs, leaves, stamps[lo:hi])
+        return
     n = hi - lo
     d = PREFETCH_AHEAD
     for i in range(min(d, n)):
@@ -556,29 +566,63 @@ def _sample_span(sums, p, r0, nb, gen, u, out, stamps, scratch, lo, hi):  # type
 
 
 @njit_kernel
-def sample(sums, p, r0, nb, gen, u, out, stamps, scratch):  # type: ignore[no-untyped-def]
+def draw(sums, p, r0, nb, gr, u, out, stamps, scratch):  # type: ignore[no-untyped-def]
     """Stratified proportional draws and their generation stamps, as
     ``_sumtree_kernels._sample_prioritized_cpu``: draw ``i`` takes prefix mass
-    ``(i + u[i]) * total / B``; ``scratch`` float64 (2, B), row 1 the leaves' values."""
-    _sample_span(sums, p, r0, nb, gen, u, out, stamps, scratch, 0, u.shape[0])
+    ``(i + u[i]) * total / B``; ``scratch`` float64 (2, B), row 1 the leaves' values.  ``gr``
+    is ``_gen_runs.new_generations``' array: the stamps come from its intervals while they
+    are valid, else from its dense generations."""
+    gen, runs = R.parts(gr)
+    _sample_span(sums, p, r0, nb, gen, runs, u, out, stamps, scratch, 0, u.shape[0])
 
 
 @njit_parallel
-def sample_par(sums, p, r0, nb, gen, u, out, stamps, scratch, parts):  # type: ignore[no-untyped-def]
-    """:func:`sample` on Numba's threads: the batch cut into ``parts`` runs of draws, each
+def draw_par(sums, p, r0, nb, gr, u, out, stamps, scratch, parts):  # type: ignore[no-untyped-def]
+    """:func:`draw` on Numba's threads: the batch cut into ``parts`` runs of draws, each
     run descending on its own (the draws are independent), so the draws, stamps and leaf
-    values are those of :func:`sample` bit for bit."""
+    values are those of :func:`draw` bit for bit."""
+    gen, runs = R.parts(gr)
     b = u.shape[0]
     step = (b + parts - 1) // parts
     for t in prange(parts):
         lo = min(b, t * step)
         hi = min(b, lo + step)
         if lo < hi:
-            _sample_span(sums, p, r0, nb, gen, u, out, stamps, scratch, lo, hi)
+            _sample_span(sums, p, r0, nb, gen, runs, u, out, stamps, scratch, lo, hi)
+
+
+@njit_kernel
+def sample(sums, p, r0, nb, gen, u, out, stamps, scratch):  # type: ignore[no-untyped-def]
+    """:func:`draw` with the stamps read from the dense generations ``gen``."""
+    _sample_span(sums, p, r0, nb, gen, _DENSE, u, out, stamps, scratch, 0, u.shape[0])
+
+
+@njit_parallel
+def sample_par(sums, p, r0, nb, gen, u, out, stamps, scratch, parts):  # type: ignore[no-untyped-def]
+    """:func:`draw_par` with the stamps read from the dense generations ``gen``."""
+    b = u.shape[0]
+    step = (b + parts - 1) // parts
+    for t in prange(parts):
+        lo = min(b, t * step)
+        hi = min(b, lo + step)
+        if lo < hi:
+            _sample_span(sums, p, r0, nb, gen, _DENSE, u, out, stamps, scratch, lo, hi)
+
+
+#: the body of :func:`add_rows`, inlined at the Numba level into its two callers: as a plain
+#: call it passes its arrays with a reference count taken and dropped, which cost a
+#: one-row add about 110 ns (1.08 -> 1.2 us a call)
+_inline = numba.njit(cache=True, nogil=True, inline="always")
 
 
 @njit_kernel
 def add_rows(sums, mins, p, r0, nb, gen, present, rows, value, idx):  # type: ignore[no-untyped-def]
+    """:func:`add_rows_runs` on a dense generations array ``gen`` alone."""
+    return _add_rows(sums, mins, p, r0, nb, gen, present, rows, value, idx)
+
+
+@_inline
+def _add_rows(sums, mins, p, r0, nb, gen, present, rows, value, idx):  # type: ignore[no-untyped-def]
     """New rows: bump each row's generation, mark it present, give it ``value`` (its
     leaf; the minima above follow).  ``present`` has ``P`` entries.  ``idx`` int64 scratch
     of ``rows``' length.  Returns how many rows were not present before."""
@@ -615,22 +659,55 @@ def add_rows(sums, mins, p, r0, nb, gen, present, rows, value, idx):  # type: ig
 
 
 @njit_kernel
+def add_rows_runs(sums, mins, p, r0, nb, gr, present, rows, value, idx):  # type: ignore[no-untyped-def]
+    """:func:`add_rows` on ``_gen_runs.new_generations``' array ``gr``: the dense
+    generations and their intervals bumped alike."""
+    gen, runs = R.parts(gr)
+    fresh = _add_rows(sums, mins, p, r0, nb, gen, present, rows, value, idx)
+    R.bump(runs, rows)
+    return fresh
+
+
+@njit_kernel
 def update_rows(  # type: ignore[no-untyped-def]
     sums, mins, p, r0, nb, present, full, gen, rows, priorities, eps, alpha, stamps, check, idx,
     maxp,
 ):
+    """:func:`update_rows_runs` with the stamps checked against the dense ``gen``."""
+    return _update_rows(sums, mins, p, r0, nb, present, full, gen, _DENSE, rows, priorities,
+                        eps, alpha, stamps, check, idx, maxp)
+
+
+@njit_kernel
+def update_rows_runs(  # type: ignore[no-untyped-def]
+    sums, mins, p, r0, nb, present, full, gr, rows, priorities, eps, alpha, stamps, check, idx,
+    maxp,
+):
+    """:func:`update_rows` on ``_gen_runs.new_generations``' array ``gr``: the stamps
+    checked against its intervals while they are valid, else its dense generations."""
+    gen, runs = R.parts(gr)
+    return _update_rows(sums, mins, p, r0, nb, present, full, gen, runs, rows, priorities,
+                        eps, alpha, stamps, check, idx, maxp)
+
+
+@njit_kernel
+def _update_rows(  # type: ignore[no-untyped-def]
+    sums, mins, p, r0, nb, present, full, gen, runs, rows, priorities, eps, alpha, stamps,
+    check, idx, maxp,
+):
     """Priority updates in order (a repeated row: the last wins), skipping stale stamps, as
     ``_sumtree_kernels._update_rows_cpu``: row ``rows[j]`` gets leaf value
     ``(priorities[j] + eps) ** alpha``; with ``check``, a row whose generation differs from
-    ``stamps[j]`` is skipped.  ``maxp`` float64 (1,) is raised to the largest
+    ``stamps[j]`` is skipped (the generation from the intervals ``runs`` while they are
+    valid, ``_gen_runs``, else from ``gen``).  ``maxp`` float64 (1,) is raised to the largest
     ``priorities[j] + eps`` applied; ``idx`` int64 scratch; ``present`` (``P`` entries,
     every row of ``rows`` present) and ``full`` (every row of every eight-row leaf group
     present) as :func:`ancestors`.  Returns the number skipped.
 
     One pass writes each leaf, its band ``nb - 1`` sum (from the leaf's line, in cache) and
-    its band ``nb - 2`` minimum (:func:`_set_leaf`), prefetching those lines and the
-    generation ``PREFETCH_AHEAD`` rows ahead; the bands above follow as in
-    :func:`ancestors`."""
+    its band ``nb - 2`` minimum (:func:`_set_leaf`), prefetching those lines (and the
+    generation, when it is read from ``gen``) ``PREFETCH_AHEAD`` rows ahead; the bands
+    above follow as in :func:`ancestors`."""
     skipped = 0
     top = maxp[0]
     k = rows.shape[0]
@@ -641,16 +718,26 @@ def update_rows(  # type: ignore[no-untyped-def]
         d = k  # no prefetch
     else:
         lo, slo, mlo = _band_starts(p, r0, nb)
+    by_runs = runs[1] == 1
+    pf_gen = check and not by_runs
+    v = 2 + R.SLOTS
+    kr = 0  # the interval of the previous row
     for j in range(0 if small else min(d, k)):
-        _prefetch_row(gen, sums, mins, lo, slo, mlo, rows[j])
+        _prefetch_row(gen, pf_gen, sums, mins, lo, slo, mlo, rows[j])
     c = 0
     for j in range(k):
         if j + d < k:
-            _prefetch_row(gen, sums, mins, lo, slo, mlo, rows[j + d])
+            _prefetch_row(gen, pf_gen, sums, mins, lo, slo, mlo, rows[j + d])
         r = rows[j]
-        if check and gen[r] != stamps[j]:
-            skipped += 1
-            continue
+        if check:
+            if by_runs:
+                kr = R.find(runs, r, kr)
+                g = runs[v + kr]
+            else:
+                g = gen[r]
+            if g != stamps[j]:
+                skipped += 1
+                continue
         q = priorities[j] + eps
         if q > top:
             top = q

@@ -28,6 +28,7 @@ from numbatraj._checks import (
 from numbatraj.data.index_batch import IndexBatch
 from numbatraj.errors import RowIndexError, SamplerError
 from numbatraj.samplers import _blocked_kernels as B
+from numbatraj.samplers import _gen_runs as R
 from numbatraj.samplers import _sumtree_kernels as K
 from numbatraj.samplers.sumtree import SumTree, check_rows, check_values
 
@@ -189,7 +190,12 @@ class PrioritizedSampler:
         self._seed = check_seed(seed)
         self._gen = new_generator(self._seed)
         self._range_gen = new_generator([self._seed, 1])
-        self._stamps = np.zeros(self._capacity, dtype=np.int64)
+        #: the generations (``_stamps``, the truth, always written) and the same as
+        #: intervals while rows are written in ring order (``_runs``, ``_gen_runs``): a
+        #: draw's stamps and an update's stale check then read no line of ``_stamps``
+        self._gr = R.new_generations(self._capacity)
+        self._stamps = self._gr[: self._capacity]
+        self._runs = self._gr[self._capacity :]
         #: which rows were added: ``P`` flags (the padding rows stay false), the kernels
         #: take them all, ``_present`` is the ``capacity`` rows
         self._present_p = np.zeros(p, dtype=np.bool_)
@@ -268,8 +274,8 @@ class PrioritizedSampler:
         rows = check_rows("indices", indices, self._capacity)
         value = self._max_priority**self._alpha
         self._n_present += int(
-            B.add_rows(self._sums, self._mins, self._p, self._r0, self._nb, self._stamps,
-                       self._present_p, rows, value, np.empty(rows.shape[0], dtype=np.int64))
+            B.add_rows_runs(self._sums, self._mins, self._p, self._r0, self._nb, self._gr,
+                            self._present_p, rows, value, np.empty(rows.shape[0], dtype=np.int64))
         )
 
     def update_priorities(self, indices: Any, priorities: Any, stamps: Any = None) -> int:
@@ -321,9 +327,9 @@ class PrioritizedSampler:
         # is present (the padding rows past a capacity that is no multiple of 8 are not)
         whole = full and self._capacity % 8 == 0
         skipped = int(
-            B.update_rows(self._sums, self._mins, self._p, self._r0, self._nb,
-                          self._present_p, whole, self._stamps, rows, pr, self._eps,
-                          self._alpha, st, check, self._nodes[:k], maxp)
+            B.update_rows_runs(self._sums, self._mins, self._p, self._r0, self._nb,
+                               self._present_p, whole, self._gr, rows, pr, self._eps,
+                               self._alpha, st, check, self._nodes[:k], maxp)
         )
         self._max_priority = float(maxp[0])
         return skipped
@@ -412,13 +418,12 @@ class PrioritizedSampler:
         b = leaves.shape[0]
         u, scratch = self._scratch(b)
         self._gen.random(out=u)
-        args = (self._sums, self._p, self._r0, self._nb, self._stamps, u, leaves, stamps,
-                scratch)
+        args = (self._sums, self._p, self._r0, self._nb, self._gr, u, leaves, stamps, scratch)
         nbytes = 64 * b * (self._nb + 1)
         if _jit.below_floor(nbytes, DRAW_KIND):  # small: serial, no clock
-            B.sample(*args)
+            B.draw(*args)
         else:
-            _jit.auto_call(self._draw_kind, nbytes, b, B.sample, B.sample_par, *args)
+            _jit.auto_call(self._draw_kind, nbytes, b, B.draw, B.draw_par, *args)
         # w_i = (N P(i))**-beta / max_j w_j = (leaf_i / min_leaf)**-beta (N and the total
         # cancel; the largest weight is the smallest leaf's, the min-tree root)
         w = scratch[0]
@@ -471,6 +476,7 @@ class PrioritizedSampler:
         self._seed = check_seed(state["seed"])
         self._max_priority = check_real("max_priority", state["max_priority"], 0.0, True)
         self._stamps[:] = stamps
+        R.encode(self._runs, self._stamps)
         self._present[:] = present
         self._n_present = int(present.sum())
         self._load_leaves(leaves)

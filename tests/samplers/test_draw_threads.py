@@ -65,7 +65,7 @@ def test_parallel_draw_matches_serial_and_reference(cap, b):
 def on_threads(monkeypatch):
     """Every draw takes the parallel kernel on all of Numba's threads; yields the list of
     its calls' part counts."""
-    with parallel_kernel_spy(monkeypatch, B, "sample_par", "AUTO_MIN_BYTES",
+    with parallel_kernel_spy(monkeypatch, B, "draw_par", "AUTO_MIN_BYTES",
                              {DRAW_KIND: 0}) as calls:
         yield calls
 
@@ -110,8 +110,8 @@ def test_draw_kind_has_its_own_floor():
 def test_small_draw_never_starts_a_region(monkeypatch):
     """Below the floor the serial kernel runs whatever the thread count."""
     calls: list[int] = []
-    real = B.sample_par
-    monkeypatch.setattr(B, "sample_par", lambda *a: calls.append(a[-1]) or real(*a))
+    real = B.draw_par
+    monkeypatch.setattr(B, "draw_par", lambda *a: calls.append(a[-1]) or real(*a))
     s = _filled(1 << 16, 1)
     top = int(numba.config.NUMBA_NUM_THREADS)
     try:
