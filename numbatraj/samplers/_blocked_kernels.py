@@ -566,6 +566,18 @@ def _sample_span(sums, p, r0, nb, gen, runs, u, out, stamps, scratch, lo, hi):  
 
 
 @njit_kernel
+def stamps_into(gr, rows, stamps):  # type: ignore[no-untyped-def]
+    """``stamps[i]`` = the generation of ``rows[i]``, from ``_gen_runs.new_generations``'
+    array ``gr``: its intervals while they are valid, else its dense generations."""
+    gen, runs = R.parts(gr)
+    if runs[1] == 1:
+        R.stamps_of(runs, rows, stamps)
+        return
+    for i in range(rows.shape[0]):
+        stamps[i] = gen[rows[i]]
+
+
+@njit_kernel
 def draw(sums, p, r0, nb, gr, u, out, stamps, scratch):  # type: ignore[no-untyped-def]
     """Stratified proportional draws and their generation stamps, as
     ``_sumtree_kernels._sample_prioritized_cpu``: draw ``i`` takes prefix mass

@@ -410,7 +410,7 @@ class PrioritizedSampler:
         self._range_gen.random(out=u)
         B.sample_ranges(self._sums, self._mins, self._p, self._r0, self._nb, self._present_p,
                         u, self._beta, lo0, hi0, lo1, hi1, indices, weights, scratch)
-        np.take(self._stamps, indices, out=stamps, mode="clip")  # leaves are in range
+        B.stamps_into(self._gr, indices, stamps)
 
     def _draw(self, leaves: np.ndarray, weights: np.ndarray, stamps: np.ndarray) -> None:
         if self._n_present == 0 or not self._sums[1] > 0.0:

@@ -149,6 +149,16 @@ def test_sampler_on_intervals_matches_its_dense_twin(cap):
             np.testing.assert_array_equal(getattr(x, k), getattr(y, k))
         td = rng.random(257) * (rng.random(257) < 0.9)
         assert a.update_priorities(x, td) == b.update_priorities(y, td) == 0
+        if a.n_rows == cap:  # restricted draws (a demo prefix and a recent window)
+            lo = int(rng.integers(0, cap - 2))
+            got = []
+            for s in (a, b):
+                out = np.empty(50, np.int64), np.empty(50, np.float32), np.full(50, -1, np.int64)
+                s.sample_ranges_into(*out, lo, cap, 0, 2)
+                got.append(out)
+            for g, w in zip(*got):
+                np.testing.assert_array_equal(g, w)
+            np.testing.assert_array_equal(got[0][2], a._stamps[got[0][0]])
         if held is not None:  # drawn before this step's add: the rewritten rows are stale
             for k in ("indices", "weights", "stamps"):
                 np.testing.assert_array_equal(getattr(held[0], k), getattr(held[1], k))
