@@ -589,11 +589,9 @@ def draw(sums, p, r0, nb, gr, u, out, stamps, scratch):  # type: ignore[no-untyp
 
 
 @njit_parallel
-def draw_par(sums, p, r0, nb, gr, u, out, stamps, scratch, parts):  # type: ignore[no-untyped-def]
-    """:func:`draw` on Numba's threads: the batch cut into ``parts`` runs of draws, each
-    run descending on its own (the draws are independent), so the draws, stamps and leaf
-    values are those of :func:`draw` bit for bit."""
-    gen, runs = R.parts(gr)
+def _spans_par(sums, p, r0, nb, gen, runs, u, out, stamps, scratch, parts):  # type: ignore[no-untyped-def]
+    """The batch cut into ``parts`` runs of draws, each run of :func:`_sample_span`
+    descending on its own on Numba's threads (the draws are independent)."""
     b = u.shape[0]
     step = (b + parts - 1) // parts
     for t in prange(parts):
@@ -604,21 +602,23 @@ def draw_par(sums, p, r0, nb, gr, u, out, stamps, scratch, parts):  # type: igno
 
 
 @njit_kernel
+def draw_par(sums, p, r0, nb, gr, u, out, stamps, scratch, parts):  # type: ignore[no-untyped-def]
+    """:func:`draw` on Numba's threads, the batch in ``parts`` runs of draws, so the draws,
+    stamps and leaf values are those of :func:`draw` bit for bit."""
+    gen, runs = R.parts(gr)
+    _spans_par(sums, p, r0, nb, gen, runs, u, out, stamps, scratch, parts)
+
+
+@njit_kernel
 def sample(sums, p, r0, nb, gen, u, out, stamps, scratch):  # type: ignore[no-untyped-def]
     """:func:`draw` with the stamps read from the dense generations ``gen``."""
     _sample_span(sums, p, r0, nb, gen, _DENSE, u, out, stamps, scratch, 0, u.shape[0])
 
 
-@njit_parallel
+@njit_kernel
 def sample_par(sums, p, r0, nb, gen, u, out, stamps, scratch, parts):  # type: ignore[no-untyped-def]
     """:func:`draw_par` with the stamps read from the dense generations ``gen``."""
-    b = u.shape[0]
-    step = (b + parts - 1) // parts
-    for t in prange(parts):
-        lo = min(b, t * step)
-        hi = min(b, lo + step)
-        if lo < hi:
-            _sample_span(sums, p, r0, nb, gen, _DENSE, u, out, stamps, scratch, lo, hi)
+    _spans_par(sums, p, r0, nb, gen, _DENSE, u, out, stamps, scratch, parts)
 
 
 #: the body of :func:`add_rows`, inlined at the Numba level into its two callers: as a plain
