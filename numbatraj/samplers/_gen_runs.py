@@ -40,9 +40,11 @@ LENGTH = 2 + 2 * SLOTS
 
 
 def new_generations(capacity: int) -> np.ndarray:
-    """One array for the kernels (one argument fewer to unbox per call: a single-row add
-    paid about 180 ns for a separate one): the ``capacity`` dense generations, then their
-    ``runs`` (:func:`parts` splits it), all zero, the intervals those of rows never written."""
+    """One array for the kernels, one argument fewer to unbox per call: the ``capacity``
+    dense generations, then their ``runs`` (:func:`parts` splits it), all zero, the
+    intervals those of rows never written.  (Before the inlining, a one-row add took
+    0.17 us more than without intervals with ``runs`` as an argument of its own, 0.13 us
+    more with this array: two timeit runs, not one.)"""
     gr = np.zeros(capacity + LENGTH, dtype=np.int64)
     gr[capacity:] = new_runs(capacity)
     return gr
@@ -80,14 +82,6 @@ def encode(runs: np.ndarray, gen: np.ndarray) -> None:
     starts[n] = gen.shape[0]
     values[0] = gen[0]
     values[1:n] = gen[cut]
-
-
-def dense(runs: np.ndarray) -> np.ndarray:
-    """The generations ``runs`` describes, as a dense array (tests, checks)."""
-    n = int(runs[0])
-    starts = runs[2 : 2 + SLOTS]
-    values = runs[2 + SLOTS :]
-    return np.repeat(values[:n], np.diff(starts[: n + 1]))
 
 
 @_inline
