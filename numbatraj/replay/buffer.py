@@ -156,16 +156,19 @@ def _view(raw: np.ndarray, shape: tuple[int, ...], dtype: np.dtype, offset: int,
 
 
 def _wide_gather(words: np.ndarray, idx: np.ndarray, out: np.ndarray,
-                 idx_b: np.ndarray | None = None, out_b: np.ndarray | None = None) -> None:
-    """``out[i] = words[idx[i]]`` (and ``out_b[i] = words[idx_b[i]]`` in the same pass) for
-    a column stored apart, from :data:`numbatraj._jit.PARALLEL_MIN_BYTES` up on the threads
+                 idx_b: np.ndarray | None = None, out_b: np.ndarray | None = None,
+                 words_b: np.ndarray | None = None) -> None:
+    """``out[i] = words[idx[i]]`` (and ``out_b[i] = words_b[idx_b[i]]`` in the same pass,
+    ``words_b`` defaulting to ``words``, of its word type and row length) for columns stored
+    apart, from :data:`numbatraj._jit.PARALLEL_MIN_BYTES` up on the threads
     :func:`numbatraj._jit.parallel_threads` gives (``set_num_threads(n)``'s, or the free
     cores once threads measured faster here), else serial."""
     if idx_b is None or out_b is None:
         idx_b, out_b = idx[:0], out[:0]
     nbytes = out.nbytes + out_b.nbytes
     _jit.auto_call("replay wide gather", nbytes, idx.shape[0], _rk.gather_wide_pair_cpu,
-                   _rk.gather_wide_pair_par_cpu, words, idx, out, words, idx_b, out_b)
+                   _rk.gather_wide_pair_par_cpu, words, idx, out,
+                   words if words_b is None else words_b, idx_b, out_b)
 
 
 @dataclass(frozen=True)
@@ -813,18 +816,35 @@ class StoreReplay(ReplayFront):
         b = idx.shape[0]
         if b == 0:
             return
+        held: tuple[np.ndarray, np.ndarray] | None = None
         for name in self._wide:  # stored apart: straight from the column into the output
             out = outputs.get(name)
             if out is None:
                 continue
             q, e, wdt = self._plan[name]
-            if q is None:
-                # one column at a time: obs and next_obs lane by lane in one pass
-                # (gather_wide_pair_cpu) measured the same, 486 vs 488 us (load 4)
-                _wide_gather(self._words[name], idx, out.reshape(b, e).view(wdt))
-            else:
+            if q is not None:
                 _qk.gather_dequantize_cpu(self._rows2d[name], idx, q.low, q.step,
                                           out.reshape(b, e))
+                continue
+            words, view = self._words[name], out.reshape(b, e).view(wdt)
+            if held is None:
+                held = (words, view)
+            elif held[0].dtype == words.dtype and held[0].shape[1] == words.shape[1]:
+                # two columns of one row type (obs, next_obs) in one pass, lane by lane:
+                # one thread decision and one parallel region a draw, not one a column.
+                # Serial it measured the same as a call per column; on two threads
+                # 1,012-1,144 against 1,060-1,176 us (256 3x84x84 rows a column, Intel
+                # Xeon VM, interleaved).  And the policy's calibration, whose sides take
+                # turns call by call, had timed each draw's first column serial and its
+                # second threaded: the threads always woke from sleep right after a
+                # serial call, and lost the verdict they win draw by draw
+                _wide_gather(held[0], idx, held[1], idx, view, words)
+                held = None
+            else:
+                _wide_gather(held[0], idx, held[1])
+                held = (words, view)
+        if held is not None:
+            _wide_gather(held[0], idx, held[1])
         if not self._narrow:
             return
         if b > _RECORD_GATHER_MAX:  # e.g. rows() of the whole buffer: column by column
