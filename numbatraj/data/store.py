@@ -10,7 +10,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from numbatraj.data._digest_kernels import _copy_digest_chunks, _digest_range_cpu
+from numbatraj.data._digest_kernels import _digest_range_cpu, copy_digest_chunks
 from numbatraj.data.checksums import (
     ChunkPartReader,
     ChunkReader,
@@ -302,7 +302,7 @@ class TrajectoryStore:
                 raise ValueError(f"chunks {k0}..{k1 - 1} do not fill {dst.size} bytes")
             m.check_size(int(offs[k0:k1].max()) + cb)
             dig = np.empty(k1 - k0, np.uint64)
-            _copy_digest_chunks(m.bytes, offs, k0, k1, cb, total, dst, dig)
+            copy_digest_chunks(m.bytes, offs, k0, k1, cb, total, dst, dig)
             return dig
 
         def read_part(out: np.ndarray, k: int, r0: int, r1: int) -> int:

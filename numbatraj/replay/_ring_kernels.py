@@ -20,12 +20,25 @@ from typing import Any
 
 import numba
 import numpy as np
-from llvmlite import ir
 from numba import prange, types
-from numba.core import cgutils
-from numba.extending import intrinsic, overload
+from numba.extending import overload
 
-from numbatraj._jit import STREAM_PREFETCH_LOCALITY, X86_64, njit_kernel, njit_parallel
+from numbatraj._jit import njit_kernel, njit_parallel
+from numbatraj._memops import STREAM_STORES
+from numbatraj._memops import address as _address
+from numbatraj._memops import copy_bytes as _copy_bytes
+from numbatraj._memops import copy_line as _copy_line
+from numbatraj._memops import copy_line_nt as _copy_line_nt
+from numbatraj._memops import move1 as _move1
+from numbatraj._memops import move2 as _move2
+from numbatraj._memops import move4 as _move4
+from numbatraj._memops import move8 as _move8
+from numbatraj._memops import move16 as _move16
+from numbatraj._memops import move32 as _move32
+from numbatraj._memops import move64 as _move64
+from numbatraj._memops import prefetch as _prefetch
+from numbatraj._memops import prefetch_wide as _prefetch_wide
+from numbatraj._memops import store_fence as _store_fence
 
 __all__ = [
     "word_dtype",
@@ -146,137 +159,6 @@ def time_order_cpu(n_demo, ring_base, ring_cap, size, cursor, out):  # type: ign
         out[j] = physical_row(j, n_demo, ring_base, ring_cap, start)
 
 
-# --------------------------------------------------------------------------- intrinsics
-_I8P = ir.IntType(8).as_pointer()
-_I32 = ir.IntType(32)
-_LINE = ir.VectorType(ir.IntType(64), 8)  # one 64-byte cache line
-
-
-def _byte_pointer(builder, context, aty, ary, off):  # type: ignore[no-untyped-def]
-    a = context.make_array(aty)(context, builder, ary)
-    return builder.gep(builder.bitcast(a.data, _I8P), [off])
-
-
-def _prefetch_typer_of(locality: int):  # type: ignore[no-untyped-def]
-    """An intrinsic prefetching (for reading) the line holding byte ``off`` of ``arr``'s data,
-    with LLVM's ``locality`` hint: 3 is ``prefetcht0`` (every cache level), 1 is
-    ``prefetcht2`` (on x86-64: into L2, not L1)."""
-
-    def typer(typingctx, arr, off):  # type: ignore[no-untyped-def]
-        sig = types.void(arr, types.intp)
-
-        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-            p = _byte_pointer(builder, context, signature.args[0], args[0], args[1])
-            fnty = ir.FunctionType(ir.VoidType(), [_I8P, _I32, _I32, _I32])
-            fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0")
-            builder.call(fn, [p, _I32(0), _I32(locality), _I32(1)])
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    return typer
-
-
-def _copy_line_typer(typingctx, dst, doff, src, soff):  # type: ignore[no-untyped-def]
-    """64 bytes from byte ``soff`` of ``src`` (any alignment) to byte ``doff`` of ``dst``
-    (64-byte aligned there): one vector load and one aligned vector store."""
-    sig = types.void(dst, types.intp, src, types.intp)
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        dp = _byte_pointer(builder, context, signature.args[0], args[0], args[1])
-        sp = _byte_pointer(builder, context, signature.args[2], args[2], args[3])
-        v = builder.load(builder.bitcast(sp, _LINE.as_pointer()), align=1)
-        builder.store(v, builder.bitcast(dp, _LINE.as_pointer()), align=64)
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-def _copy_bytes_typer(typingctx, dst, doff, src, soff, n):  # type: ignore[no-untyped-def]
-    """``n`` bytes from byte ``soff`` of ``src`` to byte ``doff`` of ``dst`` (llvm.memcpy)."""
-    sig = types.void(dst, types.intp, src, types.intp, types.intp)
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        dp = _byte_pointer(builder, context, signature.args[0], args[0], args[1])
-        sp = _byte_pointer(builder, context, signature.args[2], args[2], args[3])
-        cgutils.raw_memcpy(builder, dp, sp, args[4], 1)
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-def _address_typer(typingctx, arr):  # type: ignore[no-untyped-def]
-    """Address of ``arr``'s first byte, as an integer."""
-    sig = types.intp(arr)
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        a = context.make_array(signature.args[0])(context, builder, args[0])
-        return builder.ptrtoint(a.data, context.get_value_type(types.intp))
-
-    return sig, codegen
-
-
-def _move_typer_of(k: int):  # type: ignore[no-untyped-def]
-    """An intrinsic moving ``k`` bytes (1-64) from byte ``soff`` of ``src`` to byte ``doff``
-    of ``dst``, both any alignment: one integer or vector load and one store."""
-    vt = ir.IntType(8 * k) if k <= 8 else ir.VectorType(ir.IntType(8), k)
-
-    def typer(typingctx, dst, doff, src, soff):  # type: ignore[no-untyped-def]
-        sig = types.void(dst, types.intp, src, types.intp)
-
-        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-            dp = _byte_pointer(builder, context, signature.args[0], args[0], args[1])
-            sp = _byte_pointer(builder, context, signature.args[2], args[2], args[3])
-            v = builder.load(builder.bitcast(sp, vt.as_pointer()), align=1)
-            builder.store(v, builder.bitcast(dp, vt.as_pointer()), align=1)
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    return typer
-
-
-def _copy_line_nt_typer(typingctx, dst, doff, src, soff):  # type: ignore[no-untyped-def]
-    """:func:`_copy_line` with a streaming (non-temporal) store: the line goes to memory
-    without its old contents being read into the caches first."""
-    sig = types.void(dst, types.intp, src, types.intp)
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        dp = _byte_pointer(builder, context, signature.args[0], args[0], args[1])
-        sp = _byte_pointer(builder, context, signature.args[2], args[2], args[3])
-        v = builder.load(builder.bitcast(sp, _LINE.as_pointer()), align=1)
-        st = builder.store(v, builder.bitcast(dp, _LINE.as_pointer()), align=64)
-        st.set_metadata("nontemporal", builder.module.add_metadata([_I32(1)]))
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-def _store_fence_typer(typingctx):  # type: ignore[no-untyped-def]
-    """``sfence``: the streaming stores before it are globally visible before any store
-    after it (x86-64 only)."""
-    sig = types.void()
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        fnty = ir.FunctionType(ir.VoidType(), [])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.x86.sse.sfence")
-        builder.call(fn, [])
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-_prefetch: Any = intrinsic(_prefetch_typer_of(3))
-_prefetch_wide: Any = intrinsic(_prefetch_typer_of(STREAM_PREFETCH_LOCALITY))  # the gathers' hint
-_copy_line: Any = intrinsic(_copy_line_typer)
-_copy_bytes: Any = intrinsic(_copy_bytes_typer)
-_address: Any = intrinsic(_address_typer)
-_move1, _move2, _move4, _move8, _move16, _move32, _move64 = (
-    intrinsic(_move_typer_of(k)) for k in (1, 2, 4, 8, 16, 32, 64))
-_copy_line_nt: Any = intrinsic(_copy_line_nt_typer)
-_store_fence: Any = intrinsic(_store_fence_typer)
-#: streaming stores (and the fence they need) exist on x86-64; elsewhere plain copies
-STREAM_STORES = X86_64
 
 
 #: Rows whose lines :func:`gather_rows_cpu` prefetches ahead of the row it copies.

@@ -25,9 +25,10 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from numbatraj._jit import STREAM_PREFETCH_LOCALITY, device_twin, njit_kernel
+from numbatraj._memops import address as _address
 from numbatraj.replay._lanes import BETA, CURSOR, DRAW, N_DEMO, SIZE, per_lane, window_start
 from numbatraj.replay._quantize_kernels import dequantize
-from numbatraj.replay._ring_kernels import _address, physical_row
+from numbatraj.replay._ring_kernels import physical_row
 from numbatraj.samplers.kernels import philox_index, philox_uniform
 
 __all__ = [

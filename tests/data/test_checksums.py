@@ -63,3 +63,57 @@ def test_copy_digest_chunks_equals_a_copy_and_the_reference_digest(rng, chunk_by
             n = min(chunk_bytes, total - k * chunk_bytes)
             assert int(got[k - k0]) == digest_ref(want_bytes[pos : pos + n])
             pos += n
+
+
+@pytest.mark.skipif(not __import__("numbatraj._memops", fromlist=["x"]).STREAM_STORES,
+                    reason="streaming stores are x86-64 only")
+@pytest.mark.parametrize("chunk_bytes,total", [(64, 64 * 5), (200, 200 * 3 + 9), (7, 7 * 6 + 3),
+                                               (9000, 9000 * 3 + 4100), (4096, 4096 * 2)])
+@pytest.mark.parametrize("shift", [0, 1, 13, 32, 63])
+def test_streaming_copy_digest_equals_the_reference(rng, chunk_bytes, total, shift):
+    """The streaming kernel (whole aligned lines with streaming stores, edges copied, each
+    piece digested after it is copied): a destination at every alignment, chunks shorter
+    than a line, longer than a piece, a short last chunk; bytes equal a slice copy, digests
+    the plain-Python nbh64 and the ordinary kernel's."""
+    from numbatraj.data._digest_kernels import _copy_digest_chunks, _copy_digest_chunks_stream
+
+    n_chunks = -(-total // chunk_bytes)
+    src = rng.integers(0, 256, n_chunks * (chunk_bytes + 3) * 2 + 64, dtype=np.uint8)
+    offsets = np.sort(rng.choice(np.arange(0, src.size - chunk_bytes, chunk_bytes + 3),
+                                 n_chunks, replace=False)).astype(np.int64) + 5
+    for k0, k1 in [(0, n_chunks), (1, n_chunks), (n_chunks - 1, n_chunks)]:
+        want_bytes = b"".join(
+            src[o : o + min(chunk_bytes, total - k * chunk_bytes)].tobytes()
+            for k, o in zip(range(k0, k1), offsets[k0:k1]))
+        room = np.full(len(want_bytes) + 128, 0xAB, np.uint8)
+        lead = (-room.ctypes.data) % 64 + shift  # the destination starts `shift` past a line
+        dst = room[lead : lead + len(want_bytes)]
+        got = np.zeros(k1 - k0, np.uint64)
+        _copy_digest_chunks_stream(src, offsets, k0, k1, chunk_bytes, total, dst, got)
+        assert dst.tobytes() == want_bytes
+        assert (room[:lead] == 0xAB).all() and (room[lead + len(want_bytes):] == 0xAB).all()
+        plain = np.zeros(k1 - k0, np.uint64)
+        _copy_digest_chunks(src, offsets, k0, k1, chunk_bytes, total,
+                            np.empty(len(want_bytes), np.uint8), plain)
+        np.testing.assert_array_equal(got, plain)
+        pos = 0
+        for k in range(k0, k1):
+            n = min(chunk_bytes, total - k * chunk_bytes)
+            assert int(got[k - k0]) == digest_ref(want_bytes[pos : pos + n])
+            pos += n
+
+
+def test_copy_digest_chunks_streams_from_its_floor(monkeypatch, rng):
+    """The wrapper takes the streaming kernel for destinations of STREAM_MIN_BYTES and more
+    (where the machine has streaming stores), the ordinary one below."""
+    import numbatraj.data._digest_kernels as DK
+
+    calls: list[str] = []
+    monkeypatch.setattr(DK, "_copy_digest_chunks", lambda *a: calls.append("plain"))
+    monkeypatch.setattr(DK, "_copy_digest_chunks_stream", lambda *a: calls.append("stream"))
+    monkeypatch.setattr(DK, "STREAM_MIN_BYTES", 100)
+    offsets = np.zeros(1, np.int64)
+    for n in (99, 100):
+        DK.copy_digest_chunks(np.zeros(n, np.uint8), offsets, 0, 1, n, n,
+                              np.zeros(n, np.uint8), np.zeros(1, np.uint64))
+    assert calls == ["plain", "stream" if DK.STREAM_STORES else "plain"]
