@@ -221,3 +221,49 @@ def _version(mod: str) -> str:
         return importlib.metadata.version(mod)
     except importlib.metadata.PackageNotFoundError:
         return "?"
+
+
+# ---------------------------------------------------------------------- interleaved
+G_IL = " (interleaved rounds)"
+
+
+def test_torchrl_rows_interleaved(ratios):
+    """The TorchRL rows again, each contender of a row interleaved round by round
+    (``bench.report.interleaved``: medians, shuffled order).  The tests above time TorchRL
+    and numbatraj a minute apart; on a virtual machine whose host speed changes for minutes
+    at a time, the ratio of such a pair moved from 4.6x to 6.4x between runs of one day
+    (sample(4096), stop 42)."""
+    pytest.importorskip("torchrl")
+    from bench.report import interleaved
+
+    torch, tensordict, rb = _filled_torchrl()
+    rep = _filled_numbatraj()
+    one_td = _td(torch, tensordict, {k: v[0] for k, v in _batch(1).items()}, [])
+    one = {k: v[0] for k, v in _batch(1).items()}
+
+    def tr_add1():
+        for _ in range(SINGLE_CALLS):
+            rb.add(one_td)
+
+    def nt_add1():
+        for _ in range(SINGLE_CALLS):
+            rep.add(**one)
+
+    got = interleaved({"torchrl": tr_add1, "numbatraj": nt_add1}, None, 11)
+    ratios.record(G_ADD1 + G_IL, "TorchRL ReplayBuffer.add", got["torchrl"], baseline=True,
+                  items=SINGLE_CALLS)
+    ratios.record(G_ADD1 + G_IL, "StoreReplay.add", got["numbatraj"], items=SINGLE_CALLS)
+
+    rows_td, rows = _td(torch, tensordict, _batch(CHUNK), [CHUNK]), _batch(CHUNK)
+    got = interleaved({"torchrl": lambda: rb.extend(rows_td),
+                       "numbatraj": lambda: rep.add(**rows)}, None, 301)
+    ratios.record(G_ADD1K + G_IL, "TorchRL ReplayBuffer.extend", got["torchrl"], baseline=True,
+                  items=CHUNK)
+    ratios.record(G_ADD1K + G_IL, "StoreReplay.add", got["numbatraj"], items=CHUNK)
+
+    got = interleaved({"torchrl": lambda: rb.sample(), "numbatraj": lambda: rep.sample(BATCH)},
+                      None, 301)
+    ratios.record(G_UNI + G_IL, "TorchRL ReplayBuffer.sample (RandomSampler)", got["torchrl"],
+                  baseline=True, items=BATCH)
+    ratios.record(G_UNI + G_IL, "StoreReplay.sample", got["numbatraj"], items=BATCH,
+                  note=record_note())

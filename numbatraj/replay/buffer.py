@@ -1142,7 +1142,10 @@ class StoreReplay(ReplayFront):
         return f
 
     def _end_flag_at(self, p: int) -> bool:
-        return any(bool(a[p]) for a in self._end_views)
+        ends = self._end_views
+        if len(ends) == 1:  # one end column: no generator (every add on a full ring asks)
+            return bool(ends[0][p])
+        return any(bool(a[p]) for a in ends)
 
     def _geom(self) -> tuple[int, int, int, int, int, int]:
         """(ring base, n_demo, ring capacity, n_envs, oldest slot, size) for the kernels."""
