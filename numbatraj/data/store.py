@@ -53,7 +53,10 @@ class _FileMap:
     at 0.63x, and digesting each chunk right after its pread did not help (the kernel's
     copy does not leave the chunk in cache: 0.44-0.60x for 1 to 40 chunks per pread).  One
     pass that copies each word from the mapping and digests it on the way
-    (``_copy_digest_chunks``) reads the bytes once: 0.92-0.98x.
+    (``_copy_digest_chunks``) reads the bytes once: 0.92-0.98x.  On a machine where the
+    destination lines then had to be read before being written (the Intel Xeon VM: the
+    one pass took as long as a copy plus a digest pass, 0.90-0.95x), reads of 4 MiB and
+    more go with streaming stores (``copy_digest_chunks``): 1.17-1.25x.
 
     The mapping lives as long as the store is open; :meth:`TrajectoryStore.close` drops it
     (unmapped once no read is still using it).  Its pages are faulted in by the first read

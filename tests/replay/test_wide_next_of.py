@@ -117,3 +117,47 @@ def test_wide_stored_columns_on_threads_match_numpy(on_threads):
         logical = np.argsort(order)[batch.indices]
         for k, v in held.items():
             np.testing.assert_array_equal(out[k], v[logical])
+
+
+@pytest.mark.parametrize("into", [False, True])
+def test_wide_columns_paired_by_row_type(monkeypatch, into):
+    """Wide columns stored apart go through the gather two at a time where their row types
+    match (one pass, one thread decision), alone otherwise, and dequantised apart; every
+    draw equals the stored rows at the drawn indices, whatever is paired with what."""
+    import numbatraj.replay.buffer as B
+
+    cols = [ColumnSpec("a", np.uint8, (3, 20, 20)), ColumnSpec("b", np.uint8, (3, 20, 20)),
+            ColumnSpec("q", np.float32, (600,)), ColumnSpec("c", np.uint8, (1, 30, 30)),
+            ColumnSpec("d", np.uint8, (3, 20, 20)), ColumnSpec("e", np.float32, (300,)),
+            ColumnSpec("r", np.float32, ())]
+    rep = StoreReplay(cols, 50, seed=1, quantize={"q": (-1.0, 1.0)})
+    assert set(rep._wide) == {"a", "b", "q", "c", "d", "e"}
+    rng = np.random.default_rng(0)
+    rows = {c.name: (rng.integers(0, 256, (70, *c.shape), dtype=np.uint8) if c.dtype == np.uint8
+                     else rng.uniform(-1, 1, (70, *c.shape)).astype(np.float32)) for c in cols}
+    rep.add(**rows)  # wraps: the newest 50 rows are kept
+    calls = []
+    real = B._wide_gather
+
+    def spy(words, idx, out, idx_b=None, out_b=None, words_b=None):  # type: ignore[no-untyped-def]
+        calls.append(out_b is not None)
+        return real(words, idx, out, idx_b, out_b, words_b)
+
+    monkeypatch.setattr(B, "_wide_gather", spy)
+    for _ in range(3):
+        if into:
+            outs = {c.name: np.empty((40, *c.shape), c.dtype) for c in cols}
+            batch = rep.sample_into(outs, 40)
+        else:
+            outs, batch = rep.sample(40)
+        phys = batch.indices
+        for c in cols:
+            want = rep.storage(c.name)[phys]
+            if c.name == "q":  # quantised: the stored codes' values
+                np.testing.assert_allclose(outs["q"], -1.0 + want * np.float32(2 / 255),
+                                           atol=1e-6)
+                continue
+            np.testing.assert_array_equal(outs[c.name], want, err_msg=c.name)
+        # a with b; q dequantised apart; c alone (900-byte rows: 225 uint32 words); d with e
+        # (uint8 and float32, both 1,200-byte rows of 150 uint64 words)
+        assert calls[-3:] == [True, False, True]
