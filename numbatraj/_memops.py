@@ -68,21 +68,6 @@ def _prefetch_typer_of(locality: int):  # type: ignore[no-untyped-def]
     return typer
 
 
-def _copy_line_typer(typingctx, dst, doff, src, soff):  # type: ignore[no-untyped-def]
-    """64 bytes from byte ``soff`` of ``src`` (any alignment) to byte ``doff`` of ``dst``
-    (64-byte aligned there): one vector load and one aligned vector store."""
-    sig = types.void(dst, types.intp, src, types.intp)
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        dp = _byte_pointer(builder, context, signature.args[0], args[0], args[1])
-        sp = _byte_pointer(builder, context, signature.args[2], args[2], args[3])
-        v = builder.load(builder.bitcast(sp, _LINE.as_pointer()), align=1)
-        builder.store(v, builder.bitcast(dp, _LINE.as_pointer()), align=64)
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
 def _copy_bytes_typer(typingctx, dst, doff, src, soff, n):  # type: ignore[no-untyped-def]
     """``n`` bytes from byte ``soff`` of ``src`` to byte ``doff`` of ``dst`` (llvm.memcpy)."""
     sig = types.void(dst, types.intp, src, types.intp, types.intp)
@@ -107,10 +92,11 @@ def _address_typer(typingctx, arr):  # type: ignore[no-untyped-def]
     return sig, codegen
 
 
-def _move_typer_of(k: int):  # type: ignore[no-untyped-def]
-    """An intrinsic moving ``k`` bytes (1-64) from byte ``soff`` of ``src`` to byte ``doff``
-    of ``dst``, both any alignment: one integer or vector load and one store."""
-    vt = ir.IntType(8 * k) if k <= 8 else ir.VectorType(ir.IntType(8), k)
+def _copy_typer_of(vt: ir.Type, dst_align: int, nontemporal: bool = False):  # type: ignore[no-untyped-def]
+    """An intrinsic moving one ``vt`` (an integer, or a vector of bytes or of words) from
+    byte ``soff`` of ``src`` (any alignment) to byte ``doff`` of ``dst`` (``dst_align``
+    aligned there): one load and one store, a streaming store when ``nontemporal`` (the
+    line goes to memory without its old contents being read into the caches first)."""
 
     def typer(typingctx, dst, doff, src, soff):  # type: ignore[no-untyped-def]
         sig = types.void(dst, types.intp, src, types.intp)
@@ -119,7 +105,9 @@ def _move_typer_of(k: int):  # type: ignore[no-untyped-def]
             dp = _byte_pointer(builder, context, signature.args[0], args[0], args[1])
             sp = _byte_pointer(builder, context, signature.args[2], args[2], args[3])
             v = builder.load(builder.bitcast(sp, vt.as_pointer()), align=1)
-            builder.store(v, builder.bitcast(dp, vt.as_pointer()), align=1)
+            st = builder.store(v, builder.bitcast(dp, vt.as_pointer()), align=dst_align)
+            if nontemporal:
+                st.set_metadata("nontemporal", builder.module.add_metadata([_I32(1)]))
             return context.get_dummy_value()
 
         return sig, codegen
@@ -127,20 +115,9 @@ def _move_typer_of(k: int):  # type: ignore[no-untyped-def]
     return typer
 
 
-def _copy_line_nt_typer(typingctx, dst, doff, src, soff):  # type: ignore[no-untyped-def]
-    """:func:`_copy_line` with a streaming (non-temporal) store: the line goes to memory
-    without its old contents being read into the caches first."""
-    sig = types.void(dst, types.intp, src, types.intp)
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        dp = _byte_pointer(builder, context, signature.args[0], args[0], args[1])
-        sp = _byte_pointer(builder, context, signature.args[2], args[2], args[3])
-        v = builder.load(builder.bitcast(sp, _LINE.as_pointer()), align=1)
-        st = builder.store(v, builder.bitcast(dp, _LINE.as_pointer()), align=64)
-        st.set_metadata("nontemporal", builder.module.add_metadata([_I32(1)]))
-        return context.get_dummy_value()
-
-    return sig, codegen
+def _move_type(k: int) -> ir.Type:
+    """The type a ``k``-byte move (1-64) loads and stores."""
+    return ir.IntType(8 * k) if k <= 8 else ir.VectorType(ir.IntType(8), k)
 
 
 def _store_fence_typer(typingctx):  # type: ignore[no-untyped-def]
@@ -161,12 +138,15 @@ def _store_fence_typer(typingctx):  # type: ignore[no-untyped-def]
 prefetch: Any = intrinsic(_prefetch_typer_of(3))
 #: The same with the memory-bound gathers' hint (:data:`STREAM_PREFETCH_LOCALITY`).
 prefetch_wide: Any = intrinsic(_prefetch_typer_of(STREAM_PREFETCH_LOCALITY))
-copy_line: Any = intrinsic(_copy_line_typer)
+#: 64 bytes from any alignment to a 64-byte aligned line: one vector load, one aligned store.
+copy_line: Any = intrinsic(_copy_typer_of(_LINE, 64))
 copy_bytes: Any = intrinsic(_copy_bytes_typer)
 address: Any = intrinsic(_address_typer)
+#: ``k`` bytes, both sides any alignment: one integer or vector load and one store.
 move1, move2, move4, move8, move16, move32, move64 = (
-    intrinsic(_move_typer_of(k)) for k in (1, 2, 4, 8, 16, 32, 64))
-copy_line_nt: Any = intrinsic(_copy_line_nt_typer)
+    intrinsic(_copy_typer_of(_move_type(k), 1)) for k in (1, 2, 4, 8, 16, 32, 64))
+#: :data:`copy_line` with a streaming store.
+copy_line_nt: Any = intrinsic(_copy_typer_of(_LINE, 64, nontemporal=True))
 store_fence: Any = intrinsic(_store_fence_typer)
 #: streaming stores (and the fence they need) exist on x86-64; elsewhere plain copies
 STREAM_STORES = X86_64
