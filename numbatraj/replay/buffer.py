@@ -777,18 +777,17 @@ class StoreReplay(ReplayFront):
         n = self._n_demo + self._size
         if uni.n_rows != n:  # the population (every held row) grew since the last draw
             uni.n_rows = n
-        if m < 0:  # the sampler's own fill: idx is this replay's int64 array, no checks
-            uni._fill(idx, b, 0, n)
-            start = window_start_py(self._cursor, self._size, self._r)
-            _rk.ring_physical_cpu(idx, self._n_demo, self._d, self._r, start, idx)
+        d, r = self._d, self._r
+        if m < 0:  # the sampler's own kernel: idx is this replay's int64 array, no checks;
+            # the logical rows' physical ones (_ring_kernels.physical_row) in the same pass
+            nd = self._n_demo
+            start = window_start_py(self._cursor, self._size, r)
+            uni._fill_ring(idx, n, nd, d + start - nd, d + r, r)
             return
         if m:
             uni.sample_range_into(idx[:m], 0, self._n_demo)
         if b - m:
-            part = idx[m:]
-            uni.sample_range_into(part, 0, c)
-            _rk.ring_physical_cpu(part, 0, self._d, self._r,
-                                  window_start_py(self._cursor, c, self._r), part)
+            uni._fill_ring(idx[m:], c, 0, d + window_start_py(self._cursor, c, r), d + r, r)
 
     def _gather_buffers(self, b: int) -> tuple[Any, ...]:
         """Records scratch (b, row words) and each narrow column's view of it, reused per

@@ -78,7 +78,6 @@ class UniformSampler:
         self._n = check_count("n_rows", n_rows, minimum=0)
         self._seed = check_seed(seed)
         self._gen = new_generator(self._seed)
-        self._raw: dict[int, np.ndarray] = {}  # batch size -> uint64 words, for sample_into
         self._words = RawWords(self._gen)
 
     @property
@@ -114,7 +113,9 @@ class UniformSampler:
             self.n_rows = n_rows
         if self._n == 0:
             raise SamplerError("cannot sample: the population is empty (n_rows = 0)")
-        return IndexBatch(uniform_rows(self._gen, 0, self._n, b))
+        out = np.empty(b, dtype=np.int64)
+        self._fill(out, b, 0, self._n)  # the rows of uniform_rows(gen, 0, n, b), one kernel
+        return IndexBatch(out)
 
     def sample_into(self, out: np.ndarray, n_rows: int | None = None) -> np.ndarray:
         """:meth:`sample` into a caller-owned array, allocating nothing once a batch size has
@@ -171,13 +172,17 @@ class UniformSampler:
         return out
 
     def _fill(self, out: np.ndarray, b: int, lo: int, n: int) -> None:
-        raw = self._raw.get(b)
-        if raw is None:
-            if len(self._raw) >= 8:
-                self._raw.clear()
-            raw = self._raw[b] = np.empty(b, dtype=np.uint64)
-        self._words.fill(raw)
-        _philox._bounded_rows_cpu(raw, lo, n, out)
+        """Rows ``[lo, lo + n)`` into ``out`` (``b`` entries): one kernel that draws the
+        words and maps them (``_pcg64.pcg64_rows_cpu``), no words' buffer."""
+        self._words.rows(out, lo, n)
+
+    def _fill_ring(self, out: np.ndarray, n: int, split: int, shift: int, top: int,
+                   cap: int) -> None:
+        """Rows ``[0, n)`` into ``out``, each row from ``split`` up moved by ``shift`` and
+        wrapped back by ``cap`` at ``top`` (a replay's logical rows to its physical ones,
+        ``_ring_kernels.physical_row``), in the same kernel pass as the draw.  The stream
+        advances as by :meth:`sample_into`; no checks (the replay's own arrays)."""
+        self._words.rows(out, 0, n, split, shift, top, cap)
 
     def state_dict(self) -> dict[str, Any]:
         """Population size, seed and generator state: enough to resume the stream exactly."""
