@@ -27,10 +27,7 @@ _MUL_HI = np.uint64(2549297995355413924)  # PCG's default 128-bit multiplier
 _MUL_LO = np.uint64(4865540595714422341)
 
 
-@intrinsic
-def mul_full(typingctx, a, b):  # type: ignore[no-untyped-def]
-    """``(lo, hi)``: the 128-bit product of two uint64 values as its 64-bit halves, one
-    widening multiply (x86-64 ``mul``; the 32-bit-halves form :func:`mulhi64` takes four)."""
+def _mul_full_typer(typingctx, a, b):  # type: ignore[no-untyped-def]
     if a != types.uint64 or b != types.uint64:
         return None
     sig = types.UniTuple(types.uint64, 2)(types.uint64, types.uint64)
@@ -42,6 +39,11 @@ def mul_full(typingctx, a, b):  # type: ignore[no-untyped-def]
         return context.make_tuple(builder, signature.return_type, [lo, hi])
 
     return sig, codegen
+
+
+#: ``(lo, hi)``: the 128-bit product of two uint64 values as its 64-bit halves, one widening
+#: multiply (x86-64 ``mul``; ``_philox.mulhi64``'s 32-bit halves take four), in compiled code
+mul_full: Any = intrinsic(_mul_full_typer)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
