@@ -66,6 +66,33 @@ def _block(total: int) -> np.ndarray:
         return raw
 
 
+def output_plan(specs: Mapping[str, tuple[Any, tuple[int, ...]]]
+                ) -> tuple[int, tuple[tuple[str, int, np.dtype, tuple[int, ...]], ...]]:
+    """Where :func:`carve_outputs` puts each output: the block's bytes and ``(name, byte
+    offset, dtype, shape)`` per array (64-byte aligned, disjoint).  A replay keeps the plan
+    of each batch size it draws."""
+    total = 0
+    items = []
+    for name, (dt, shape) in specs.items():
+        dt = np.dtype(dt)
+        items.append((name, total, dt, tuple(shape)))
+        nbytes = math.prod(shape) * dt.itemsize  # math.prod: np.prod costs ~2 us
+        total += (nbytes + 63) // 64 * 64
+    return total, tuple(items)
+
+
+def carve_outputs(plan: tuple[int, tuple[tuple[str, int, np.dtype, tuple[int, ...]], ...]]
+                  ) -> dict[str, np.ndarray]:
+    """New arrays as :func:`output_plan` placed them (see :func:`block_outputs`)."""
+    total, items = plan
+    if total < _BLOCK_MIN:  # small outputs: the heap reuses them anyway
+        return {name: np.empty(shape, dtype=dt) for name, _, dt, shape in items}
+    raw = _block(total)
+    base = (-raw.ctypes.data) % 64
+    return {name: np.ndarray(shape, dtype=dt, buffer=raw, offset=base + off)
+            for name, off, dt, shape in items}
+
+
 def block_outputs(specs: Mapping[str, tuple[Any, tuple[int, ...]]]) -> dict[str, np.ndarray]:
     """New arrays ``name -> np.empty(shape, dtype)`` carved out of one allocation (each
     64-byte aligned, C-contiguous, disjoint).
@@ -77,23 +104,7 @@ def block_outputs(specs: Mapping[str, tuple[Any, tuple[int, ...]]]) -> dict[str,
     and more are recycled once every array carved from them is gone (:func:`_block`): a
     batch the caller still holds is never reused.
     """
-    offs = {}
-    total = 0
-    for name, (dt, shape) in specs.items():
-        offs[name] = total
-        nbytes = math.prod(shape) * np.dtype(dt).itemsize  # math.prod: np.prod costs ~2 us
-        total += (nbytes + 63) // 64 * 64
-    if total < _BLOCK_MIN:  # small outputs: the heap reuses them anyway
-        return {name: np.empty(shape, dtype=dt) for name, (dt, shape) in specs.items()}
-    raw = _block(total)
-    base = (-raw.ctypes.data) % 64
-    out = {}
-    for name, (dt, shape) in specs.items():
-        dt = np.dtype(dt)
-        n = math.prod(shape)
-        a = raw[base + offs[name] : base + offs[name] + n * dt.itemsize].view(dt)
-        out[name] = a.reshape(shape)
-    return out
+    return carve_outputs(output_plan(specs))
 
 
 class ReplayFront(abc.ABC):
