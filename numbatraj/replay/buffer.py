@@ -498,6 +498,10 @@ class StoreReplay(ReplayFront):
         self._into: dict[int, IndexBatch] = {}  # batch size -> the batch sample_into refills
         #: batch size -> where sample()'s new outputs go (``_front.output_plan``)
         self._out_plans: dict[int, tuple[int, tuple[Any, ...]]] = {}
+        #: batch adds may take the staged short path (:meth:`_add_staged`): staged records,
+        #: no quantised column, no priorities, no kept n-step targets
+        self._lean_add = (self._stage_plan is not None and self._per is None
+                          and self._kept is None and not self._cols.quant)
         #: sample() may take its short path (uniform, plain streams, no kept n-step targets;
         #: the ERE window and the demo split are checked at each draw)
         self._lean = self._uni is not None and self._streams.plain and self._kept is None
@@ -715,7 +719,43 @@ class StoreReplay(ReplayFront):
         if not self._streams.plain:
             return super().add(**rows)
         arrays, n = self._cols.check_rows(rows)
+        if self._lean_add and self._add_staged(arrays, n):
+            return n
         return self._add_rows(arrays, n)
+
+    def _add_staged(self, arrays: dict[str, Any], n: int) -> bool:
+        """A checked batch of ``n`` rows that fits before the ring's end, with
+        :data:`_STAGE_BYTES` of records, written in one staged kernel pass
+        (``_ring_kernels.stage_put_cpu``) without :meth:`_add_rows`' layers (its end-flag
+        cut, :meth:`_write_ring`, :meth:`_put`), the same bytes and ring state: 1,000 rows of
+        the bench's five columns 24.3 us against 26.3 us (Intel Xeon VM, interleaved with
+        cpprb's add, 83.7-84.0 us).  False, having written nothing, for any other
+        batch (it wraps, it is small or large, a float64 reward copy is kept)."""
+        r = self._r
+        cur = self._cursor
+        rb = self._row_bytes
+        if (cur + n > r or not _STAGE_BYTES[0] <= n * rb <= _STAGE_BYTES[1]
+                or self._rshadow is not None):
+            return False
+        size = self._size
+        d = self._d
+        if size + n > r and self._end_views:  # rows overwritten: the new oldest row begins
+            # an episode if the last one overwritten, at slot cur + n - 1, ended one
+            self._cut_first[1] = self._end_flag_at(d + cur + n - 1)
+        if self._scratch.shape[0] < n * rb:  # zeroed once: the padding stays zero
+            self._scratch = np.zeros(n * rb, dtype=np.uint8)
+        sp = self._stage_plan
+        assert sp is not None
+        a = d + cur
+        _rk.stage_put_cpu(self._rec_bytes, a * rb, rb, tuple([arrays[k] for k in sp[0]]),
+                          sp[1], sp[2], n, self._scratch, self._stream_adds)
+        for name, dst, _ in self._put_wide:  # unquantised: _lean_add
+            dst[a : a + n] = arrays[name].reshape(-1).view(dst.dtype)
+        cur += n
+        self._cursor = cur if cur < r else 0
+        self._size = size + n if size + n < r else r
+        self._n_added += n
+        return True
 
     def _write_ring(self, arrays: dict[str, Any], n: int, cursor: int) -> None:
         r = self._r

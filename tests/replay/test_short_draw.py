@@ -104,3 +104,46 @@ def test_short_path_is_taken_only_where_it_applies():
     with pytest.raises(SamplerError, match="empty"):
         empty.sample_into({k: np.empty((4, *v.shape[1:]), v.dtype)
                            for k, v in rows(0, 4).items()}, 4)
+
+
+def _state(rep: StoreReplay) -> tuple:
+    return (rep.cursor, rep.size, rep.n_added, rep._cut_first.tolist(), rep._rec.tobytes(),
+            *(rep._data[k].tobytes() for k in rep._wide))
+
+
+@pytest.mark.parametrize("config", ["plain", "wide column", "demos, one population"])
+def test_staged_short_add_equals_the_general_add(config):
+    """Batches that take the short staged add and batches that cannot (wrapping, below
+    and above the staged sizes) on one replay, the general path on its twin: the same ring
+    bytes, cursor, size, count and episode cut at every step, the same draws after."""
+    cols, make, kw = CONFIGS[config]
+    short, general = (StoreReplay(cols(), 3000, seed=2, **kw) for _ in range(2))
+    general._lean_add = False
+    taken = []
+    real = StoreReplay._add_staged
+
+    def spy(self, arrays, n):  # type: ignore[no-untyped-def]
+        got = real(self, arrays, n)
+        taken.append(got)
+        return got
+
+    start = 0
+    with mock.patch.object(StoreReplay, "_add_staged", spy):
+        for n in [200, 1000, 10, 1500, 700, 1000, 999, 6000, 1200]:
+            batch = make(start, n)
+            batch["done"] = (np.arange(start, start + n) % 11) == 10
+            assert short.add(**batch) == general.add(**batch) == n
+            start += n
+            assert _state(short) == _state(general), n
+    assert True in taken and False in taken  # both kinds of batch were seen
+    for _ in range(3):
+        got, gi = short.sample(500)
+        want, wi = general.sample(500)
+        _same(got, want)
+        np.testing.assert_array_equal(gi.indices, wi.indices)
+
+
+def test_staged_short_add_is_off_where_the_layers_matter():
+    assert StoreReplay(sac_columns(), 3000)._lean_add
+    for kw in ({"prioritized": True}, {"n_step": 3}, {"quantize": {"obs": (-1.0, 1.0)}}):
+        assert not StoreReplay(sac_columns(), 3000, **kw)._lean_add, kw
