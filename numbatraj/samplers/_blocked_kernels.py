@@ -481,6 +481,163 @@ def ancestors(sums, mins, p, r0, nb, present, full, rows, idx, c):  # type: igno
     _climb(sums, mins, p, r0, nb, present, full, rows, idx, c, nb - 1, nb - 2)
 
 
+#: A band is descended run by run (:func:`_band_runs`) while its parent level has at most
+#: one node per ``RUN_DRAWS`` sorted draws, draw by draw below.  Measured (4096 stratified
+#: draws, old per-draw descent against run by run above 1, 2, 4, 8, 16, 32, 64 draws per node,
+#: interleaved rounds, AMD EPYC VM): 16 and 32 the fastest, at 2**16 leaves 88 us against
+#: 139 us, at 2**20 133 against 193, at 2**24 165 against 233.
+RUN_DRAWS = 16
+
+_U1 = np.uint64(1)
+_U2 = np.uint64(2)
+_U4 = np.uint64(4)
+_U8 = np.uint64(8)
+
+
+@njit_kernel
+def _header_each(sums, r0, masses, out):  # type: ignore[no-untyped-def]
+    """The header's ``r0`` levels (node ``n`` at slot ``n``) draw by draw: ``out[i]`` the
+    node each draw reaches, ``masses[i]`` its remainder."""
+    for i in range(masses.shape[0]):
+        n = 1
+        m = masses[i]
+        for _ in range(r0):
+            left = sums[2 * n]
+            right = sums[2 * n + 1]
+            go_right = (m >= left) & (right > 0.0)
+            n = 2 * n + go_right
+            m = m - left if go_right else m
+        out[i] = n
+        masses[i] = m
+
+
+@njit_kernel
+def _band_each(sums, src0, ahead, masses, out, leafvals):  # type: ignore[no-untyped-def]
+    """One band (three levels, one line) draw by draw: each draw at node ``out[i]`` (whose
+    group of eight starts at slot ``src0 + 8 * out[i]``) moves to its descendant three
+    levels down.  With ``ahead`` each step prefetches the group of the draw
+    ``PREFETCH_AHEAD`` further on.  Node numbers are read as unsigned: no negative-index
+    wraparound per load (12-16 % of the descent)."""
+    b = masses.shape[0]
+    d = PREFETCH_AHEAD
+    src = np.uint64(src0)
+    if ahead:
+        for i in range(min(d, b)):
+            _prefetch(sums, src + _U8 * np.uint64(out[i]))
+    for i in range(b):
+        if ahead and i + d < b:
+            _prefetch(sums, src + _U8 * np.uint64(out[i + d]))
+        a = np.uint64(out[i])
+        q = src + _U8 * a
+        a0 = sums[q] + sums[q + _U1]
+        a1 = sums[q + _U2] + sums[q + np.uint64(3)]
+        a2 = sums[q + _U4] + sums[q + np.uint64(5)]
+        a3 = sums[q + np.uint64(6)] + sums[q + np.uint64(7)]
+        m = masses[i]
+        left = a0 + a1
+        right = a2 + a3
+        c1 = (m >= left) & (right > 0.0)
+        m = m - left if c1 else m
+        left = a2 if c1 else a0
+        right = a3 if c1 else a1
+        c2 = (m >= left) & (right > 0.0)
+        m = m - left if c2 else m
+        g = _U4 * np.uint64(c1) + _U2 * np.uint64(c2)
+        s = q + g
+        left = sums[s]
+        right = sums[s + _U1]
+        c3 = (m >= left) & (right > 0.0)
+        masses[i] = m - left if c3 else m
+        out[i] = np.int64(_U8 * a + g + np.uint64(c3))
+        leafvals[i] = right if c3 else left
+
+
+@njit_kernel
+def _split(masses, lo, hi, left, right):  # type: ignore[no-untyped-def]
+    """Draws ``lo .. hi - 1`` at one node whose children hold ``left`` and ``right``,
+    remainders non-decreasing: those going right (``m >= left`` and ``right > 0``, a suffix)
+    get ``m - left``.  Returns where that suffix starts (``hi``: none)."""
+    if lo >= hi or not right > 0.0:
+        return hi
+    a = lo
+    z = hi
+    while a < z:
+        mid = (a + z) >> 1
+        if masses[mid] >= left:
+            z = mid
+        else:
+            a = mid + 1
+    for t in range(a, hi):
+        masses[t] = masses[t] - left
+    return a
+
+
+@njit_kernel
+def _fill(out, lo, hi, v):  # type: ignore[no-untyped-def]
+    for t in range(lo, hi):
+        out[t] = v
+
+
+@njit_kernel
+def _band_runs(sums, src0, last, masses, out, leafvals):  # type: ignore[no-untyped-def]
+    """One band as :func:`_band_each`, for draws whose remainders are non-decreasing within
+    each run of draws at one node (sorted draws: every level keeps their order), run by
+    run: each level splits a run where its draws start going right (a binary search) and
+    subtracts ``left`` from that part, the same subtraction each draw makes alone, so the
+    paths and remainders are those of :func:`_band_each` bit for bit.  ``last``: the band
+    ends at the leaves, whose values go to ``leafvals``."""
+    b = masses.shape[0]
+    i = 0
+    while i < b:
+        a = out[i]
+        j = i + 1
+        while j < b and out[j] == a:
+            j += 1
+        q = src0 + 8 * a
+        a0 = sums[q] + sums[q + 1]
+        a1 = sums[q + 2] + sums[q + 3]
+        a2 = sums[q + 4] + sums[q + 5]
+        a3 = sums[q + 6] + sums[q + 7]
+        h = _split(masses, i, j, a0 + a1, a2 + a3)
+        h0 = _split(masses, i, h, a0, a1)
+        h1 = _split(masses, h, j, a2, a3)
+        e0 = _split(masses, i, h0, sums[q], sums[q + 1])
+        e1 = _split(masses, h0, h, sums[q + 2], sums[q + 3])
+        e2 = _split(masses, h, h1, sums[q + 4], sums[q + 5])
+        e3 = _split(masses, h1, j, sums[q + 6], sums[q + 7])
+        c = 8 * a
+        _fill(out, i, e0, c)
+        _fill(out, e0, h0, c + 1)
+        _fill(out, h0, e1, c + 2)
+        _fill(out, e1, h, c + 3)
+        _fill(out, h, e2, c + 4)
+        _fill(out, e2, h1, c + 5)
+        _fill(out, h1, e3, c + 6)
+        _fill(out, e3, j, c + 7)
+        if last:
+            for t in range(i, j):
+                leafvals[t] = sums[src0 + out[t]]
+        i = j
+
+
+@njit_kernel
+def _descend(sums, p, r0, nb, masses, out, leafvals, sorted_):  # type: ignore[no-untyped-def]
+    b = masses.shape[0]
+    _header_each(sums, r0, masses, out)
+    for k in range(nb):
+        base = 1 << (r0 + 3 * k)
+        src0 = level_start(k + 1, r0) - 8 * base
+        if sorted_ and base * RUN_DRAWS <= b:
+            _band_runs(sums, src0, k == nb - 1, masses, out, leafvals)
+        else:
+            _band_each(sums, src0, base * 8 >= b, masses, out, leafvals)
+    if nb == 0:
+        for i in range(b):
+            leafvals[i] = sums[out[i]]
+    for i in range(b):
+        out[i] -= p
+
+
 @njit_kernel
 def find(sums, p, r0, nb, masses, out, leafvals):  # type: ignore[no-untyped-def]
     """Batched descent: ``out[i]`` is the leaf holding prefix mass ``masses[i]``, with the
@@ -491,56 +648,17 @@ def find(sums, p, r0, nb, masses, out, leafvals):  # type: ignore[no-untyped-def
     together, the two levels between recomputed from the group exactly as the updates
     compute them; once a level has at least ``B / 8`` nodes each step prefetches the group
     of draw ``i + PREFETCH_AHEAD``."""
-    b = masses.shape[0]
-    d = PREFETCH_AHEAD
-    for i in range(b):
-        n = 1
-        m = masses[i]
-        for _ in range(r0):  # the header, node n at slot n
-            left = sums[2 * n]
-            right = sums[2 * n + 1]
-            go_right = (m >= left) & (right > 0.0)
-            n = 2 * n + go_right
-            m = m - left if go_right else m
-        out[i] = n
-        masses[i] = m
-    for k in range(nb):
-        base = 1 << (r0 + 3 * k)
-        src = level_start(k + 1, r0) - 8 * base
-        ahead = base * 8 >= b
-        if ahead:
-            for i in range(min(d, b)):
-                _prefetch(sums, src + 8 * out[i])
-        for i in range(b):
-            if ahead and i + d < b:
-                _prefetch(sums, src + 8 * out[i + d])
-            a = out[i]
-            q = src + 8 * a
-            a0 = sums[q] + sums[q + 1]
-            a1 = sums[q + 2] + sums[q + 3]
-            a2 = sums[q + 4] + sums[q + 5]
-            a3 = sums[q + 6] + sums[q + 7]
-            m = masses[i]
-            left = a0 + a1
-            right = a2 + a3
-            c1 = (m >= left) & (right > 0.0)
-            m = m - left if c1 else m
-            left = a2 if c1 else a0
-            right = a3 if c1 else a1
-            c2 = (m >= left) & (right > 0.0)
-            m = m - left if c2 else m
-            s = q + 4 * c1 + 2 * c2
-            left = sums[s]
-            right = sums[s + 1]
-            c3 = (m >= left) & (right > 0.0)
-            masses[i] = m - left if c3 else m
-            out[i] = 8 * a + 4 * c1 + 2 * c2 + c3
-            leafvals[i] = right if c3 else left
-    if nb == 0:
-        for i in range(b):
-            leafvals[i] = sums[out[i]]
-    for i in range(b):
-        out[i] -= p
+    _descend(sums, p, r0, nb, masses, out, leafvals, False)
+
+
+@njit_kernel
+def find_sorted(sums, p, r0, nb, masses, out, leafvals):  # type: ignore[no-untyped-def]
+    """:func:`find` for non-decreasing ``masses`` (a stratified draw's), the same leaves,
+    remainders and leaf values bit for bit.  Sorted draws share the top of their paths: a
+    band whose parent level has at most one node per ``RUN_DRAWS`` draws is descended run
+    by run (:func:`_band_runs`), one line read and three binary searches per node instead
+    of one line and three levels per draw; the bands below draw by draw."""
+    _descend(sums, p, r0, nb, masses, out, leafvals, True)
 
 
 @njit_kernel
@@ -551,7 +669,8 @@ def _sample_span(sums, p, r0, nb, gen, runs, u, out, stamps, scratch, lo, hi):  
     leaves = out[lo:hi]
     for i in range(lo, hi):
         scratch[0, i] = (i + u[i]) * seg
-    find(sums, p, r0, nb, masses, leaves, scratch[1, lo:hi])
+    # (i + u) * seg does not decrease with i (u in [0, 1)): the draws are sorted
+    find_sorted(sums, p, r0, nb, masses, leaves, scratch[1, lo:hi])
     if runs[1] == 1:  # the generations' intervals: no line of ``gen`` read
         R.stamps_of(runs, leaves, stamps[lo:hi])
         return

@@ -274,3 +274,44 @@ def test_updates_and_adds_keep_the_minima_from_the_old_leaves(cap):
         ref.update(rows[~stale], pr[~stale])
         np.testing.assert_array_equal(gen, gen_ref)
         check()
+
+
+@pytest.mark.parametrize("cap", [1, 9, 64, 100, 513, 4097, 70000, 1 << 18])
+@pytest.mark.parametrize("n", [1, 7, 64, 4096, 20000])
+def test_find_sorted_takes_the_paths_of_the_level_by_level_descent(cap, n):
+    """``find_sorted`` (the bands with many sorted draws per node descended run by run)
+    against the level-by-level kernel and ``find`` on the same sorted masses: leaves,
+    remainders and leaf values bit for bit.  The masses hold exact prefix sums (a draw on
+    the boundary between two subtrees), repeats, zero and past-the-total masses, and the
+    trees hold zero leaves, whole zero subtrees and dyadic values (exact sums)."""
+    rng = np.random.default_rng(cap * 31 + n)
+    t = _Tree(cap)
+    for it in range(3):
+        if it == 0:
+            vals = rng.integers(0, 64, cap) / 8.0  # dyadic: the prefix sums are exact
+        else:
+            vals = rng.random(cap) * (rng.random(cap) < 0.7)
+        if it == 2 and cap >= 64:  # a zero run: whole subtrees with no mass
+            z = rng.integers(0, cap - cap // 4)
+            vals[z:z + cap // 4] = 0.0
+        t.set(np.arange(cap), vals)
+        total = t.sums[1]
+        if not total > 0:
+            continue
+        edges = np.cumsum(t.leaves)[rng.integers(0, cap, max(1, n // 8))]
+        masses = np.concatenate([rng.random(n) * total, edges,
+                                 np.repeat(rng.random(3) * total, 5), [0.0, total, total * 1.5]])
+        masses = np.sort(masses)
+        strat = (np.arange(n) + rng.random(n)) * (total / n)  # what the sampler draws
+        for m in (masses, strat):
+            k = m.shape[0]
+            o_s, o_f, o_k = (np.empty(k, np.int64) for _ in range(3))
+            l_s, l_f, l_k = np.empty(k), np.empty(k), np.empty(k)
+            r_s, r_f, r_k = m.copy(), m.copy(), m.copy()
+            B.find_sorted(t.sums, t.p, t.r0, t.nb, r_s, o_s, l_s)
+            B.find(t.sums, t.p, t.r0, t.nb, r_f, o_f, l_f)
+            K._sumtree_find_cpu(t.ref.sums, t.p, r_k, o_k, l_k)
+            for got in ((o_s, r_s, l_s), (o_f, r_f, l_f)):
+                np.testing.assert_array_equal(got[0], o_k)
+                np.testing.assert_array_equal(_bits(got[1]), _bits(r_k))
+                np.testing.assert_array_equal(_bits(got[2]), _bits(l_k))
