@@ -517,7 +517,7 @@ def _band_each(sums, src0, ahead, masses, out, leafvals):  # type: ignore[no-unt
     group of eight starts at slot ``src0 + 8 * out[i]``) moves to its descendant three
     levels down.  With ``ahead`` each step prefetches the group of the draw
     ``PREFETCH_AHEAD`` further on.  Node numbers are read as unsigned: no negative-index
-    wraparound per load (12-16 % of the descent)."""
+    wraparound per load (11-16 % of the descent)."""
     b = masses.shape[0]
     d = PREFETCH_AHEAD
     src = np.uint64(src0)
