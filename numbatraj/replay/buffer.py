@@ -841,10 +841,16 @@ class StoreReplay(ReplayFront):
         if uni.n_rows != n:  # the population (every held row) grew since the last draw
             uni.n_rows = n
         d, r = self._d, self._r
-        start = self._cursor - size  # the oldest ring slot (window_start_py)
-        if start < 0:
-            start += r
+        start = window_start_py(self._cursor, size, r)  # the oldest ring slot
         uni._fill_ring(idx, n, nd, d + start - nd, d + r, r)
+
+    def _short_draw(self, batch_size: Any, n_step: Any, gamma: Any) -> bool:
+        """Whether sample() / sample_into() may take their short path: the common draw,
+        uniform over every held row (a positive int batch size, no n-step targets, no ERE
+        window, no streams or kept targets, no demo split) from a non-empty replay."""
+        return (self._lean and type(batch_size) is int and batch_size > 0
+                and n_step is None and gamma is None and self._ere is None
+                and self._size > 0 and (self._fraction is None or not self._n_demo))
 
     def sample(self, batch_size: int, *, k: int | None = None, K: int | None = None,  # noqa: N803
                n_step: int | None = None, gamma: float | None = None,
@@ -855,14 +861,12 @@ class StoreReplay(ReplayFront):
         # against 15.4-15.8 us, sample(4096) of 10^4 rows 96-118 against 103-125 us
         # (Intel Xeon VM, interleaved).
         uni = self._uni
-        if (self._lean and type(batch_size) is int and batch_size > 0 and uni is not None
-                and n_step is None and gamma is None and self._ere is None):
-            if self._size and (self._fraction is None or not self._n_demo):
-                idx = np.empty(batch_size, dtype=np.int64)
-                self._draw_joint(uni, idx)
-                out = self._new_outputs(batch_size)
-                self._gather(idx, out, batch_size, fresh=True)
-                return out, IndexBatch(idx)
+        if uni is not None and self._short_draw(batch_size, n_step, gamma):
+            idx = np.empty(batch_size, dtype=np.int64)
+            self._draw_joint(uni, idx)
+            out = self._new_outputs(batch_size)
+            self._gather(idx, out, batch_size, fresh=True)
+            return out, IndexBatch(idx)
         return super().sample(batch_size, k=k, K=K, n_step=n_step, gamma=gamma)
 
     sample.__doc__ = ReplayFront.sample.__doc__
@@ -871,9 +875,7 @@ class StoreReplay(ReplayFront):
                     K: int | None = None, n_step: int | None = None,  # noqa: N803
                     gamma: float | None = None) -> IndexBatch:
         uni = self._uni  # the short path of sample(), after the same checks of the outputs
-        if (self._lean and type(batch_size) is int and batch_size > 0 and uni is not None
-                and n_step is None and gamma is None and self._ere is None
-                and self._size and (self._fraction is None or not self._n_demo)):
+        if uni is not None and self._short_draw(batch_size, n_step, gamma):
             outputs = self._check_outputs(outputs, batch_size)
             batch = self._reused_batch(batch_size)
             self._draw_joint(uni, batch.indices)
