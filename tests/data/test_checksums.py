@@ -105,7 +105,7 @@ def test_streaming_copy_digest_equals_the_reference(rng, chunk_bytes, total, shi
 
 def test_copy_digest_chunks_streams_from_its_floor(monkeypatch, rng):
     """The wrapper takes the streaming kernel for destinations of STREAM_MIN_BYTES and more
-    (where the machine has streaming stores), the ordinary one below."""
+    where streaming reads are on (STREAM_READS), the ordinary one below and elsewhere."""
     import numbatraj.data._digest_kernels as DK
 
     calls: list[str] = []
@@ -113,7 +113,32 @@ def test_copy_digest_chunks_streams_from_its_floor(monkeypatch, rng):
     monkeypatch.setattr(DK, "_copy_digest_chunks_stream", lambda *a: calls.append("stream"))
     monkeypatch.setattr(DK, "STREAM_MIN_BYTES", 100)
     offsets = np.zeros(1, np.int64)
-    for n in (99, 100):
-        DK.copy_digest_chunks(np.zeros(n, np.uint8), offsets, 0, 1, n, n,
-                              np.zeros(n, np.uint8), np.zeros(1, np.uint64))
-    assert calls == ["plain", "stream" if DK.STREAM_STORES else "plain"]
+    for on in (True, False):
+        monkeypatch.setattr(DK, "STREAM_READS", on)
+        for n in (99, 100):
+            DK.copy_digest_chunks(np.zeros(n, np.uint8), offsets, 0, 1, n, n,
+                                  np.zeros(n, np.uint8), np.zeros(1, np.uint64))
+    assert calls == ["plain", "stream", "plain", "plain"]
+
+
+def test_streaming_reads_follow_the_cpu_vendor(monkeypatch, tmp_path):
+    """STREAM_READS: streaming stores (x86-64) and an Intel CPU; the vendor is read from
+    /proc/cpuinfo's first block, and a missing or odd file reads as no vendor."""
+    import builtins
+
+    import numbatraj.data._digest_kernels as DK
+
+    assert DK.STREAM_READS == (DK.STREAM_STORES and DK._cpu_vendor() == "GenuineIntel")
+    real_open = builtins.open
+    for text, want in [("processor\t: 0\nvendor_id\t: GenuineIntel\n\n", "GenuineIntel"),
+                       ("processor\t: 0\nvendor_id\t: AuthenticAMD\nflags : x\n", "AuthenticAMD"),
+                       ("processor\t: 0\n\nvendor_id\t: GenuineIntel\n", ""),
+                       ("", "")]:
+        fake = tmp_path / "cpuinfo"
+        fake.write_text(text)
+        monkeypatch.setattr(builtins, "open", lambda p, *a, **k: real_open(
+            fake if p == "/proc/cpuinfo" else p, *a, **k))
+        assert DK._cpu_vendor() == want, text
+    monkeypatch.setattr(builtins, "open", lambda p, *a, **k: real_open(
+        tmp_path / "absent" if p == "/proc/cpuinfo" else p, *a, **k))
+    assert DK._cpu_vendor() == ""
