@@ -130,11 +130,11 @@ def test_streaming_reads_follow_the_cpu_vendor(monkeypatch, tmp_path):
 
     assert DK.STREAM_READS == (DK.STREAM_STORES and DK._cpu_vendor() == "GenuineIntel")
     real_open = builtins.open
+    fake = tmp_path / "cpuinfo"
     for text, want in [("processor\t: 0\nvendor_id\t: GenuineIntel\n\n", "GenuineIntel"),
                        ("processor\t: 0\nvendor_id\t: AuthenticAMD\nflags : x\n", "AuthenticAMD"),
                        ("processor\t: 0\n\nvendor_id\t: GenuineIntel\n", ""),
                        ("", "")]:
-        fake = tmp_path / "cpuinfo"
         fake.write_text(text)
         monkeypatch.setattr(builtins, "open", lambda p, *a, **k: real_open(
             fake if p == "/proc/cpuinfo" else p, *a, **k))
