@@ -43,7 +43,7 @@ ONLY = {
 # first use (importers otherwise uses io and data only).
 ALIASES = {("importers/__init__.py", "numbatraj.lerobot.import_lerobot_v3")}
 # top-level modules any layer may use
-SHARED = {"errors", "_jit", "_memops", "_cuda", "_checks", "_version"}
+SHARED = {"errors", "_jit", "_memops", "_pages", "_cuda", "_checks", "_version"}
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:
@@ -232,7 +232,7 @@ def _package_of(module: str) -> str:
 
 
 #: top-level private modules every package shares (they are the package's own plumbing)
-SHARED_PRIVATE = {"_jit", "_memops", "_cuda", "_checks", "_version"}
+SHARED_PRIVATE = {"_jit", "_memops", "_pages", "_cuda", "_checks", "_version"}
 
 
 def _private_violations(root: Path) -> list[str]:

@@ -10,6 +10,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from numbatraj._pages import filled
 from numbatraj.data._digest_kernels import _digest_range_cpu, copy_digest_chunks
 from numbatraj.data.checksums import (
     ChunkPartReader,
@@ -352,10 +353,10 @@ class TrajectoryStore:
         """
         spec = self.spec(name)
         shape = (self.n_rows, *spec.shape)
-        if out is None:
-            out = np.empty(shape, dtype=spec.dtype)
-        else:
-            self._check_out(out, shape, spec, f"load_column({name!r})")
+        if out is None:  # a large new array: its pages faulted in ahead on a free core
+            return filled(shape, spec.dtype, lambda o: self._read(name, 0, self.n_rows, o)
+                          if self.n_rows else None)
+        self._check_out(out, shape, spec, f"load_column({name!r})")
         if self.n_rows:
             self._read(name, 0, self.n_rows, out)
         return out
@@ -383,9 +384,9 @@ class TrajectoryStore:
             )
         shape = (stop - start, *spec.shape)
         if out is None:
-            out = np.empty(shape, dtype=spec.dtype)
-        else:
-            self._check_out(out, shape, spec, f"read_range({name!r}, {start}, {stop})")
+            return filled(shape, spec.dtype, lambda o: self._read(name, start, stop, o)
+                          if stop > start else None)
+        self._check_out(out, shape, spec, f"read_range({name!r}, {start}, {stop})")
         if stop > start:
             self._read(name, start, stop, out)
         return out
