@@ -188,7 +188,9 @@ def set_num_threads(n: int | None) -> None:
     ``next_of`` pairs 1.0-1.06 ms with both cores free against 1.6 ms serial; with a busy
     loop per core plus one, never parallel.  A parallel region started while a core is
     busy waits for it: 4096 pixel rows ran 1.5-1.8x slower than the serial kernel that way
-    (docs/residency.md, "Threads").  ``set_num_threads(1)`` keeps every kernel serial.
+    (docs/residency.md, "Threads").  A store read into a new array of 32 MiB or more has its
+    pages prefaulted by a helper thread when a core is free (:mod:`numbatraj._pages`).
+    ``set_num_threads(1)`` keeps every kernel serial, with no helper thread.
     ``set_num_threads(n)`` with ``n > 1`` says the cores are yours: batches of at least
     those sizes then run on ``n`` threads whatever the load (the store digests too).  ``n``
     is at most ``NUMBA_NUM_THREADS``; like Numba's, the count is per calling thread.
