@@ -36,6 +36,7 @@ __all__ = [
     "PARALLEL_LOCK",
     "device_twin",
     "auto_verdicts",
+    "explicit_threads",
     "calibrating",
     "free_cores",
     "note_time",
@@ -212,6 +213,11 @@ def set_num_threads(n: int | None) -> None:
         )
     numba.set_num_threads(n)
     _explicit = n
+
+
+def explicit_threads() -> int | None:
+    """The ``n`` of the last ``set_num_threads(n)``, or None under the default policy."""
+    return _explicit
 
 
 def parallel_threads(nbytes: int, *, auto: str | None = None) -> int:

@@ -73,7 +73,7 @@ def helper_wanted(nbytes: int) -> bool:
     of the module docstring, and a kernel that took the request before)."""
     if nbytes < FAULT_AHEAD_MIN_BYTES or not _populate_ok:
         return False
-    n = _jit._explicit
+    n = _jit.explicit_threads()
     if n is not None:
         return n > 1
     return _jit.free_cores() >= 1

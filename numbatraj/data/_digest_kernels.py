@@ -218,6 +218,7 @@ def _cpu_vendor() -> str:
 #: the pages faulted in by the copy) 179 against 195 ms.  Other vendors keep the ordinary
 #: kernel, which is correct everywhere.
 STREAM_READS = STREAM_STORES and _cpu_vendor() == "GenuineIntel"
+
 #: Bytes of a chunk the streaming kernel copies before it digests them: read back from L1.
 #: (1 KiB and 4 KiB measured alike on a 1.04 GB column, 161-164 ms; 16 KiB 181 ms.)
 STREAM_PIECE_BYTES = 4096

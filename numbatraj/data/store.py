@@ -354,11 +354,9 @@ class TrajectoryStore:
         spec = self.spec(name)
         shape = (self.n_rows, *spec.shape)
         if out is None:  # a large new array: its pages faulted in ahead on a free core
-            return filled(shape, spec.dtype, lambda o: self._read(name, 0, self.n_rows, o)
-                          if self.n_rows else None)
+            return filled(shape, spec.dtype, lambda o: self._read(name, 0, self.n_rows, o))
         self._check_out(out, shape, spec, f"load_column({name!r})")
-        if self.n_rows:
-            self._read(name, 0, self.n_rows, out)
+        self._read(name, 0, self.n_rows, out)
         return out
 
     def read_range(
@@ -384,16 +382,17 @@ class TrajectoryStore:
             )
         shape = (stop - start, *spec.shape)
         if out is None:
-            return filled(shape, spec.dtype, lambda o: self._read(name, start, stop, o)
-                          if stop > start else None)
+            return filled(shape, spec.dtype, lambda o: self._read(name, start, stop, o))
         self._check_out(out, shape, spec, f"read_range({name!r}, {start}, {stop})")
-        if stop > start:
-            self._read(name, start, stop, out)
+        self._read(name, start, stop, out)
         return out
 
     def _read(self, name: str, start: int, stop: int, out: np.ndarray) -> None:
         # every chunk the rows touch is checked against its digest (data/checksums.py),
-        # whichever way _read_rows fetches them (pread of raw chunks, or HDF5)
+        # whichever way _read_rows fetches them (pread of raw chunks, or HDF5); no rows: no
+        # read at all
+        if stop <= start:
+            return
         self._reader(name)  # a closed store or unknown column: its own error, not a read error
 
         def read(buf: np.ndarray, lo: int, hi: int) -> None:
