@@ -108,10 +108,7 @@ def test_prefault_makes_pages_present_and_keeps_every_byte(monkeypatch, nbytes):
         assert calls[0][0] + calls[0][1] == last and calls[-1][0] == first
 
 
-@linux_only
 def test_a_stop_request_ends_the_helper_between_pieces(monkeypatch):
-    if P._libc_madvise() is None:
-        pytest.skip("no libc madvise")
     monkeypatch.setattr(P, "FAULT_AHEAD_PIECE_BYTES", 4096)
     stop = [False]
     calls = []
@@ -132,9 +129,9 @@ def test_a_refused_advice_turns_the_helper_off(monkeypatch):
     stops only this one; either way the array is still filled by the writer."""
     monkeypatch.setattr(P, "_populate_ok", True)
 
-    def refuse(errno):  # type: ignore[no-untyped-def]
+    def refuse(code):  # type: ignore[no-untyped-def]
         def fn(a, n, advice):  # type: ignore[no-untyped-def]
-            ctypes.set_errno(errno)
+            ctypes.set_errno(code)
             return -1
         return fn
 
