@@ -39,9 +39,6 @@ __all__ = [
     "nstep_keep_cpu",
     "nstep_kept_cols_cpu",
     "nstep_kept_targets_cpu",
-    "gather_record_cols_at_cpu",
-    "gather_record_cols_cpu",
-    "gather_record_cols_par_cpu",
     "nstep_row_py",
     "next_rows_cpu",
     "stack_rows_cpu",
@@ -738,7 +735,7 @@ def nstep_kept_cols_cpu(idx, coff, roff, powers, ring_base, ring_cap, n_envs, re
     the ring's end.  Bytes ``[0, t_hi)`` of the record (every field the draw reads) go to
     the lane's row of ``block``, and every :data:`NSTEP_BLOCK` lanes the block goes out
     column by column (``tab``: offset, bytes, 0; the ``next_*`` outputs read their copies),
-    as in :func:`gather_record_cols_cpu`; each lane's lines are prefetched
+    as the plain draw's record gather did before stop 47; each lane's lines are prefetched
     :data:`KEPT_AHEAD` lanes ahead.  Returns 0.
 
     Measured (4096 lanes, ``bench/test_replay.py``'s layout at 10^6 rows, the kernels
@@ -783,7 +780,7 @@ def nstep_kept_cols_par_cpu(idx, coff, roff, powers, ring_base, ring_cap, n_envs
     """:func:`nstep_kept_cols_cpu` split into ``n_parts`` contiguous runs of lanes, one per
     thread of a parallel region, each with its own :data:`NSTEP_BLOCK` rows of ``block``
     (uint64 ``(n_parts * NSTEP_BLOCK, W)``): one record span per lane, like the plain
-    draw's record gather (:func:`gather_record_cols_par_cpu`), so it goes parallel by the
+    draw's record gather (``_record_kernels.gather_cols_par_cpu``), so it goes parallel by the
     same policy.  Returns 0."""
     for c in range(tab.shape[0]):
         addrs[c] = _address(outs[c])
@@ -821,11 +818,6 @@ def nstep_kept_targets_cpu(idx, coff, roff, powers, ring_base, ring_cap, n_envs,
     return 0
 
 
-#: Lanes whose records :func:`gather_record_cols_cpu` prefetches ahead of the lane it
-#: copies (the record gather's distance, ``_ring_kernels.GATHER_AHEAD``).
-RECORD_AHEAD = 48
-
-
 @numba.njit(cache=True, nogil=True)  # not inlined: literal_unroll needs its own function
 def _out_addresses(outs, addrs):  # type: ignore[no-untyped-def]
     """``addrs[c]``: the address of ``outs[c]``'s first byte (a tuple of arrays of any
@@ -834,72 +826,6 @@ def _out_addresses(outs, addrs):  # type: ignore[no-untyped-def]
     for o in literal_unroll(outs):
         addrs[c] = _address(o)
         c += 1
-
-
-@_inline
-def _record_cols_run(rec, idx, lo, hi, tab, addrs, blk):  # type: ignore[no-untyped-def]
-    """Lanes ``[lo, hi)`` of :func:`gather_record_cols_cpu` through the lane block at the
-    address ``blk`` (``addrs`` already holds the outputs' addresses)."""
-    rb = rec.shape[1] * rec.itemsize
-    base = _address(rec)
-    for i in range(lo - RECORD_AHEAD, hi):
-        a = i + RECORD_AHEAD
-        if lo <= a < hi:
-            _prefetch_span(base + idx[a] * rb, rb)
-        if i < lo:
-            continue
-        j = (i - lo) % NSTEP_BLOCK
-        _move_bytes(blk + j * rb, base + idx[i] * rb, rb)
-        if j == NSTEP_BLOCK - 1 or i == hi - 1:  # the block's lanes out, column by column
-            _block_out(tab, addrs, blk, blk, rb, i - j, j + 1)
-
-
-@njit_kernel
-def gather_record_cols_cpu(rec, idx, tab, outs, addrs, block):  # type: ignore[no-untyped-def]
-    """The columns of the records ``idx`` of ``rec`` (uint64 ``(capacity, W)``) straight
-    into their outputs: ``outs[c]`` (a C-contiguous ``(B, ...)`` output) gets, per lane,
-    bytes ``[tab[c, 0], tab[c, 0] + tab[c, 1])`` of record ``idx[i]``; ``addrs`` (int64, as
-    long as ``tab``) is scratch for the outputs' addresses.
-
-    Each lane's record goes to its row of ``block`` (uint64 ``(NSTEP_BLOCK, W)``), and every
-    :data:`NSTEP_BLOCK` lanes the block goes out column by column (one move size per inner
-    loop, from L1), as in :func:`nstep_gather_cols_cpu`; each lane's record lines are
-    prefetched :data:`RECORD_AHEAD` lanes ahead.  Instead of gathering whole records into
-    a scratch of ``B`` records (beyond L1 at 4096 lanes) and copying each column out of it
-    with a kernel call per column.  ``outs`` may mix dtypes and shapes (a tuple of the
-    outputs as they are: no byte views to make per call).  Returns 0.
-    """
-    _out_addresses(outs, addrs)
-    _record_cols_run(rec, idx, 0, idx.shape[0], tab, addrs, _address(block))
-    return 0
-
-
-@njit_kernel
-def gather_record_cols_at_cpu(rec, idx, tab, addrs, block):  # type: ignore[no-untyped-def]
-    """:func:`gather_record_cols_cpu` into the outputs whose addresses ``addrs`` already
-    holds (the outputs of the call before, passed again): a small batch then pays no
-    dispatch of the outputs' tuple.  Returns 0."""
-    _record_cols_run(rec, idx, 0, idx.shape[0], tab, addrs, _address(block))
-    return 0
-
-
-@numba.njit(cache=True, nogil=True, parallel=True)
-def gather_record_cols_par_cpu(rec, idx, tab, outs, addrs, block, n_parts):  # type: ignore[no-untyped-def]
-    """:func:`gather_record_cols_cpu` split into ``n_parts`` contiguous runs of lanes, one
-    per thread of a parallel region, each with its own :data:`NSTEP_BLOCK` rows of
-    ``block`` (uint64 ``(n_parts * NSTEP_BLOCK, W)``) and its own prefetches.  The draw is
-    bound by the record misses one core keeps in flight; a second core doubles them.
-    Measured (Intel Xeon VM, idle, 168-byte records of a 168 MB ring, fresh random rows
-    each call): 4096 lanes 166-218 us on two threads against 223-284 us on one; 1024 lanes
-    55-60 against 69-71 us; 512 lanes even.  Returns 0."""
-    _out_addresses(outs, addrs)
-    b = idx.shape[0]
-    rb = rec.shape[1] * rec.itemsize
-    for p0 in numba.prange(n_parts):
-        p = np.int64(p0)
-        _record_cols_run(rec, idx, b * p // n_parts, b * (p + 1) // n_parts, tab, addrs,
-                         _address(block) + p * NSTEP_BLOCK * rb)
-    return 0
 
 
 @njit_kernel

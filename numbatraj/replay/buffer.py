@@ -25,6 +25,7 @@ from numbatraj.errors import IntegrityError, SamplerError, SchemaError
 from numbatraj.replay import _checkpoint as ck
 from numbatraj.replay import _draw
 from numbatraj.replay import _quantize_kernels as _qk
+from numbatraj.replay import _record_kernels as _rck
 from numbatraj.replay import _ring_kernels as _rk
 from numbatraj.replay import _stream_kernels as _sk
 from numbatraj.replay._front import ReplayFront, carve_outputs, output_plan
@@ -435,22 +436,24 @@ class StoreReplay(ReplayFront):
                 self._plan[name] = (q, e, None)
             self._data[name] = arr
         self._gather_work: dict[int, tuple[Any, ...]] = {}
-        #: the record gather straight into the outputs (``_sk.gather_record_cols_cpu``):
-        #: names, (offset, bytes, 0) per narrow column with bytes, its address scratch and
-        #: lane block, which outputs go as byte views (None: none); None when a narrow
-        #: column is quantised (those go through the scratch)
-        self._cols_gather: tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray,
+        #: the record gather straight into the outputs (``_rck.gather_cols_cpu``, compiled
+        #: for this layout): the narrow columns with bytes by rising record offset, the
+        #: records as a structured array of those columns (``_rck.record_dtype``), the
+        #: outputs' address scratch, which outputs go as byte views (None: none); None
+        #: when a narrow column is quantised (those go through the scratch)
+        self._cols_gather: tuple[tuple[str, ...], np.ndarray, np.ndarray,
                                  tuple[bool, ...] | None] | None
         self._cols_gather = None
-        with_bytes = [n for n in narrow if self._cols.row_elems(n)]
+        with_bytes = sorted([n for n in narrow if self._cols.row_elems(n)],
+                            key=lambda n: self._layout[1][n][0])
         if with_bytes and not any(n in self._cols.quant for n in narrow):
+            fields = [(self._layout[1][n][0],
+                       self._cols.row_elems(n) * self._cols.storage_dtype(n).itemsize)
+                      for n in with_bytes]
             self._cols_gather = (
                 tuple(with_bytes),
-                np.array([(self._layout[1][n][0],
-                           self._cols.row_elems(n) * self._cols.storage_dtype(n).itemsize, 0)
-                          for n in with_bytes], dtype=np.int64).reshape(-1, 3),
+                raw.reshape(-1).view(_rck.record_dtype(fields, rb)),
                 np.zeros(len(with_bytes), dtype=np.int64),
-                np.zeros((_sk.NSTEP_BLOCK, rb // 8), dtype=np.uint64),
                 # the outputs a kernel cannot take as they are (float16): their byte views
                 None if not any(_byte_view_only(self._cols.sample_dtype(n)) for n in with_bytes)
                 else tuple([_byte_view_only(self._cols.sample_dtype(n)) for n in with_bytes]),
@@ -968,17 +971,17 @@ class StoreReplay(ReplayFront):
                 except KeyError:
                     again = False
                 if again:
-                    _sk.gather_record_cols_at_cpu(self._rec, idx, cg[1], cg[2], cg[3])
+                    _rck.gather_cols_at_cpu(cg[1], idx, cg[2])
                     return
             try:
                 outs = tuple([outputs[n] for n in cg[0]])
             except KeyError:  # not every narrow column wanted: through the records scratch
                 outs = None
             if outs is not None and (fresh or all([o.flags.c_contiguous for o in outs])):
-                # each lane's record into an L1 block, its columns out every 32 lanes
+                # each lane's columns straight from its record into the outputs
                 self._cols_last = None  # cg[2] is rewritten: until it is, no outputs match
-                self._record_cols(idx, cg, outs if cg[4] is None else tuple(
-                    [o.view(_U8) if v else o for o, v in zip(outs, cg[4])]))
+                self._record_cols(idx, cg, outs if cg[3] is None else tuple(
+                    [o.view(_U8) if v else o for o, v in zip(outs, cg[3])]))
                 if not fresh:  # weak: a batch handed out must stay free to go (its block
                     # reused); new outputs are never passed again (1.2 us of 4 weakrefs)
                     self._cols_last = tuple([weakref.ref(o) for o in outs])
@@ -988,17 +991,16 @@ class StoreReplay(ReplayFront):
         self._copy_out(cols, self._narrow, outputs, b, ident)  # then the columns, from cache
 
     def _record_cols(self, idx: np.ndarray, cg: tuple[Any, ...], outs: tuple[Any, ...]) -> None:
-        """The record gather into the narrow columns' outputs (``_sk.gather_record_cols_cpu``),
+        """The record gather into the narrow columns' outputs (``_rck.gather_cols_cpu``),
         on the threads :func:`numbatraj._jit.parallel_threads` gives its kind (256 KiB of
         records and more, cores free, threads measured faster here), else serial."""
         if _jit.below_floor(idx.shape[0] * self._row_bytes, _RECORD_KIND):  # small: no clock
-            _sk.gather_record_cols_cpu(self._rec, idx, cg[1], outs, cg[2], cg[3])
+            _rck.gather_cols_cpu(cg[1], idx, outs, cg[2])
             return
         self._on_policy(
             _RECORD_KIND, idx.shape[0],
-            lambda: _sk.gather_record_cols_cpu(self._rec, idx, cg[1], outs, cg[2], cg[3]),
-            lambda t: parallel_call(_sk.gather_record_cols_par_cpu, t, self._rec, idx, cg[1],
-                                    outs, cg[2], self._par_block(t), t))
+            lambda: _rck.gather_cols_cpu(cg[1], idx, outs, cg[2]),
+            lambda t: parallel_call(_rck.gather_cols_par_cpu, t, cg[1], idx, outs, cg[2], t))
 
     def _on_policy(self, kind: str, lanes: int, serial: Callable[[], Any],
                    parallel: Callable[[int], Any]) -> None:

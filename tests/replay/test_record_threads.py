@@ -1,5 +1,5 @@
 """The record gather of a StoreReplay's narrow columns on Numba's threads
-(``_stream_kernels.gather_record_cols_par_cpu``) against plain NumPy indexing, and the
+(``_record_kernels.gather_cols_par_cpu``) against plain NumPy indexing, and the
 thread policy's floor for its kind."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import numbatraj
 import numbatraj._jit as J
 from numbatraj.data.column import ColumnSpec
 from numbatraj.replay import StoreReplay
+from numbatraj.replay import _record_kernels as rck
 from numbatraj.replay import _stream_kernels as sk
 from tests.replay.helpers import parallel_kernel_spy
 
@@ -37,7 +38,7 @@ def _rows(rng: np.random.Generator, n: int) -> dict[str, np.ndarray]:
 def on_threads(monkeypatch):
     """Every record gather of at least 64 lanes takes the parallel kernel on all of
     Numba's threads; yields the list of its calls' part counts."""
-    with parallel_kernel_spy(monkeypatch, sk, "gather_record_cols_par_cpu", "AUTO_MIN_BYTES",
+    with parallel_kernel_spy(monkeypatch, rck, "gather_cols_par_cpu", "AUTO_MIN_BYTES",
                              {KIND: 0}) as calls:
         yield calls
 

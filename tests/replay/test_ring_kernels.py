@@ -244,25 +244,75 @@ def test_stage_put_matches_reference(stream, shift, n, rng):
                                   _records_ref(cols2, offs, row_bytes, m))
 
 
-@pytest.mark.parametrize("b", [1, 31, 32, 33, 100, 4096])  # partial and whole lane blocks
-def test_gather_record_cols_matches_fancy_indexing(b, rng):
-    from numbatraj.replay import _stream_kernels as sk
+def test_record_pieces_copy_each_byte_once_inside_the_field():
+    """``_record_kernels.pieces``: moves of 1-64 bytes (powers of two) that together cover
+    ``[0, n)`` and never reach outside it, at most one more move than whole 64-byte ones."""
+    from numbatraj.replay._record_kernels import pieces
 
-    widths = list(_WIDTHS)  # every move size and the overlaps between them
+    for n in range(1, 700):
+        cover = np.zeros(n, dtype=bool)
+        moves = pieces(n)
+        for off, size in moves:
+            assert size in (1, 2, 4, 8, 16, 32, 64), (n, moves)
+            assert 0 <= off and off + size <= n, (n, moves)
+            cover[off : off + size] = True
+        assert cover.all(), (n, moves)
+        assert len(moves) <= -(-n // 64) + 1, (n, moves)
+    assert pieces(68) == [(0, 64), (64, 4)] and pieces(24) == [(0, 16), (16, 8)]
+    assert pieces(168) == [(0, 64), (64, 64), (104, 64)] and pieces(1) == [(0, 1)]
+
+
+def test_record_dtype_refuses_fields_out_of_order_or_outside_the_row():
+    from numbatraj.replay._record_kernels import record_dtype
+
+    dt = record_dtype([(0, 24), (24, 68), (96, 1)], 104)
+    assert dt.itemsize == 104 and [dt.fields[n][1] for n in dt.names] == [0, 24, 96]
+    with pytest.raises(ValueError, match="rising offset"):
+        record_dtype([(24, 68), (0, 24)], 104)
+    with pytest.raises(ValueError, match="outside a 104-byte row"):
+        record_dtype([(0, 24), (100, 8)], 104)
+    with pytest.raises(ValueError, match="outside"):
+        record_dtype([(0, 0)], 8)
+
+
+# widths of every move size and the overlaps between them, and wider than 128 bytes
+_GATHER_WIDTHS = [*_WIDTHS, 192, 200, 300, 511]
+
+
+@pytest.mark.parametrize("variant", ["serial", "at", "parallel"])
+@pytest.mark.parametrize("shift", [0, 8, 40])  # the records' byte offset: 8-byte aligned
+@pytest.mark.parametrize("b", [1, 31, 32, 33, 100, 4096])
+def test_gather_record_cols_matches_fancy_indexing(variant, shift, b, rng):
+    """The record gather compiled for its layout against NumPy fancy indexing of the
+    records' bytes, for fields of every width at every alignment: each output row equal,
+    and the guard bytes around each output unchanged (no move reaches past a row)."""
+    from numbatraj.replay import _record_kernels as rck
+
+    widths = list(_GATHER_WIDTHS)
     offs, o = [], 0
     for k, w in enumerate(widths):
         offs.append(o)
-        o += w + k % 3
+        o += w + k % 3  # gaps between the fields: bytes no output may get
     row_bytes = (o + 7) // 8 * 8
-    cap = 5000
-    rec = rng.integers(0, 2**63, (cap, row_bytes // 8), dtype=np.uint64)
-    raw = rec.view(np.uint8)
+    cap = 3000
+    raw = np.zeros(shift + cap * row_bytes, dtype=np.uint8)
+    raw[:] = rng.integers(0, 256, raw.size, dtype=np.uint8)
+    recs = raw[shift:].view(rck.record_dtype(list(zip(offs, widths)), row_bytes))
+    rows = raw[shift:].reshape(cap, row_bytes)
     idx = rng.integers(0, cap, b)
     idx[: min(b, 3)] = [cap - 1, 0, cap - 1][: min(b, 3)]  # the ends, and a repeat
-    tab = np.array([(off, w, 0) for off, w in zip(offs, widths)], dtype=np.int64)
-    outs = [np.full((b, w), 0xA5, dtype=np.uint8) for w in widths]
-    sk.gather_record_cols_cpu(rec, idx, tab, tuple(x.ravel() for x in outs),
-                              np.zeros(len(widths), dtype=np.int64),
-                              np.zeros((sk.NSTEP_BLOCK, row_bytes // 8), dtype=np.uint64))
-    for off, w, out in zip(offs, widths, outs):
-        np.testing.assert_array_equal(out, raw[idx, off : off + w], err_msg=f"width {w}")
+    guard = 64
+    bufs = [np.full(2 * guard + b * w, 0xA5, dtype=np.uint8) for w in widths]
+    outs = tuple(buf[guard : guard + b * w].reshape(b, w) for buf, w in zip(bufs, widths))
+    addrs = np.zeros(len(widths), dtype=np.int64)
+    if variant == "serial":
+        rck.gather_cols_cpu(recs, idx, outs, addrs)
+    elif variant == "parallel":
+        rck.gather_cols_par_cpu(recs, idx, outs, addrs, 3)
+    else:  # the addresses of a call before, then the kernel that only reads them
+        rck.gather_cols_cpu(recs, idx[:1], outs, addrs)
+        rck.gather_cols_at_cpu(recs, idx, addrs)
+    for off, w, out, buf in zip(offs, widths, outs, bufs):
+        np.testing.assert_array_equal(out, rows[idx, off : off + w], err_msg=f"width {w}")
+        assert (buf[:guard] == 0xA5).all() and (buf[guard + b * w :] == 0xA5).all(), \
+            f"width {w}: bytes outside the output written"
