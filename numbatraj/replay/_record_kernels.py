@@ -105,8 +105,7 @@ def _move_type(size: int) -> ir.Type:
     return ir.VectorType(_I64, size // 8) if size >= 16 else ir.IntType(8 * size)
 
 
-@intrinsic
-def _row_bytes(typingctx, recs):  # type: ignore[no-untyped-def]
+def _row_bytes_typer(typingctx, recs):  # type: ignore[no-untyped-def]
     """The record size of the structured array ``recs``, a constant of its type."""
     if not isinstance(recs, types.Array) or not isinstance(recs.dtype, types.Record):
         return None
@@ -118,8 +117,7 @@ def _row_bytes(typingctx, recs):  # type: ignore[no-untyped-def]
     return types.intp(recs), codegen
 
 
-@intrinsic
-def _destinations(typingctx, recs, at):  # type: ignore[no-untyped-def]
+def _destinations_typer(typingctx, recs, at):  # type: ignore[no-untyped-def]
     """A tuple of the outputs' addresses, one per field of ``recs``'s record type, loaded
     once from the int64 array at the address ``at`` (kept in registers by the lane loop,
     where a load per lane could not be hoisted past the lanes' stores)."""
@@ -136,8 +134,7 @@ def _destinations(typingctx, recs, at):  # type: ignore[no-untyped-def]
     return tup(recs, at), codegen
 
 
-@intrinsic
-def _lane_out(typingctx, recs, src, dsts, lane):  # type: ignore[no-untyped-def]
+def _lane_out_typer(typingctx, recs, src, dsts, lane):  # type: ignore[no-untyped-def]
     """Each field of the record at the address ``src`` to row ``lane`` of its output
     (``dsts[k] + lane * bytes``): the moves of :func:`pieces`, constant sizes and
     offsets, any alignment."""
@@ -156,6 +153,11 @@ def _lane_out(typingctx, recs, src, dsts, lane):  # type: ignore[no-untyped-def]
         return context.get_dummy_value()
 
     return types.void(recs, src, dsts, lane), codegen
+
+
+_row_bytes: Any = intrinsic(_row_bytes_typer)
+_destinations: Any = intrinsic(_destinations_typer)
+_lane_out: Any = intrinsic(_lane_out_typer)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
