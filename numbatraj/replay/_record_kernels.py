@@ -12,10 +12,15 @@ outputs: no table of columns read per lane, no size branches, no lane block in b
 
 Measured against the table-driven kernel it replaced (``_stream_kernels``'s, each lane's
 record copied into an L1 block and the block written out column by column every 32
-lanes), one thread, 4096 random lanes of the bench's 168-byte records, AMD EPYC VM,
-interleaved: 70-71 against 98-100 us over a ring of 2^20 rows, and 22 against 60 us
-with the records in L2 (the copies' own cost); a call of 8 lanes 0.53 against 1.28 us.
-A new layout costs one compile (about 0.15 s) in the first process that draws from it.
+lanes): the bench's 168-byte records of five columns, a ring of 2^20 rows, fresh random
+lanes each call, one process, interleaved rounds, AMD EPYC VM: 4096 lanes 75.7 against
+113.4 us, 256 lanes 6.0 against 8.4 us, 8 lanes 1.52 against 1.65 us.  With the records
+in L2 (a ring of 4096 rows), 4096 lanes took 22.8-23.1 against 59.9-62.6 us (two runs):
+the copies' own cost.
+A new layout costs a compile in the first process that draws from it: 0.16-0.27 s for the
+serial kernel (0.5-0.6 s for the first layout of a process, which compiles the shared
+helpers too), and about 0.5 s more for the threaded one if a draw takes it; later
+processes load both from Numba's cache.
 """
 
 from __future__ import annotations
