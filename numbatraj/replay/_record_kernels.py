@@ -9,6 +9,8 @@ Numba compiles these kernels once per layout (and caches them on disk, as every 
 of the package).  Each lane's copies are then a fixed list of loads and stores of
 constant sizes at constant offsets (:func:`pieces`), straight from the record into the
 outputs: no table of columns read per lane, no size branches, no lane block in between.
+The kept n-step draw (:func:`kept_cols_cpu`) is the same pass with each lane's kept targets
+read off its record as well.
 
 Measured against the table-driven kernel it replaced (``_stream_kernels``'s, each lane's
 record copied into an L1 block and the block written out column by column every 32
@@ -36,13 +38,15 @@ from numba.extending import intrinsic
 
 from numbatraj._jit import njit_kernel
 from numbatraj._memops import address as _address
-from numbatraj.replay._stream_kernels import _out_addresses, _prefetch_span
+from numbatraj.replay._stream_kernels import KEPT_AHEAD, _kept_lane, _out_addresses, _prefetch_span
 
 __all__ = [
     "RECORD_AHEAD",
     "gather_cols_at_cpu",
     "gather_cols_cpu",
     "gather_cols_par_cpu",
+    "kept_cols_cpu",
+    "kept_cols_par_cpu",
     "pieces",
     "record_dtype",
 ]
@@ -213,4 +217,58 @@ def gather_cols_par_cpu(recs, idx, outs, addrs, n_parts):  # type: ignore[no-unt
     for p0 in numba.prange(n_parts):
         p = np.int64(p0)
         _run(recs, idx, b * p // n_parts, b * (p + 1) // n_parts, at)
+    return 0
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _kept_run(recs, idx, lo, hi, t_hi, coff, roff, powers, ring_base, ring_cap, n_envs, at,  # type: ignore[no-untyped-def]
+              ret, disc, last):
+    """Lanes ``[lo, hi)`` of :func:`kept_cols_cpu`: each lane's kept targets off its record
+    (``_stream_kernels._kept_lane``) and its fields into the outputs, record bytes
+    ``[0, t_hi)`` prefetched ``_stream_kernels.KEPT_AHEAD`` lanes ahead."""
+    rb = _row_bytes(recs)
+    base = _address(recs)
+    dsts = _destinations(recs, at)
+    ring_end = ring_base + ring_cap
+    for i in range(lo - KEPT_AHEAD, hi):
+        a = i + KEPT_AHEAD
+        if lo <= a < hi:
+            _prefetch_span(base + idx[a] * rb, t_hi)
+        if i < lo:
+            continue
+        q = idx[i]
+        x = base + q * rb
+        _kept_lane(i, q, x, coff, roff, powers, ring_base, ring_end, ring_cap, n_envs, ret,
+                   disc, last)
+        _lane_out(recs, x, dsts, i)
+
+
+@njit_kernel
+def kept_cols_cpu(recs, idx, t_hi, coff, roff, powers, ring_base, ring_cap, n_envs, outs,  # type: ignore[no-untyped-def]
+                  addrs, ret, disc, last):
+    """The draw of a replay that keeps its n-step targets, compiled for its layout: per
+    lane ``i``, record ``idx[i]``'s fields to row ``i`` of ``outs`` (as
+    :func:`gather_cols_cpu`; the ``next_*`` outputs' fields are their kept copies) and its
+    targets (``_stream_kernels._kept_lane``: ``ret[i]`` from the float32 at byte ``roff``,
+    ``disc[i]`` from the code at byte ``coff`` and ``powers``, ``last[i]`` the window's
+    last row).  ``t_hi``: the record bytes the draw reads, prefetched.  Returns 0."""
+    _out_addresses(outs, addrs)
+    _kept_run(recs, idx, 0, idx.shape[0], t_hi, coff, roff, powers, ring_base, ring_cap,
+              n_envs, _address(addrs), ret, disc, last)
+    return 0
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def kept_cols_par_cpu(recs, idx, t_hi, coff, roff, powers, ring_base, ring_cap, n_envs, outs,  # type: ignore[no-untyped-def]
+                      addrs, ret, disc, last, n_parts):
+    """:func:`kept_cols_cpu` split into ``n_parts`` contiguous runs of lanes, one per
+    thread of a parallel region (one record span per lane, as the plain draw's).
+    Returns 0."""
+    _out_addresses(outs, addrs)
+    b = idx.shape[0]
+    at = _address(addrs)
+    for p0 in numba.prange(n_parts):
+        p = np.int64(p0)
+        _kept_run(recs, idx, b * p // n_parts, b * (p + 1) // n_parts, t_hi, coff, roff,
+                  powers, ring_base, ring_cap, n_envs, at, ret, disc, last)
     return 0

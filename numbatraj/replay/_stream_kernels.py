@@ -37,7 +37,6 @@ __all__ = [
     "nstep_gather_cpu",
     "nstep_gather_cols_cpu",
     "nstep_keep_cpu",
-    "nstep_kept_cols_cpu",
     "nstep_kept_targets_cpu",
     "nstep_row_py",
     "next_rows_cpu",
@@ -628,8 +627,9 @@ def nstep_gather_cols_cpu(idx, n, gamma, roff, r64, doff, toff, ring_base, n_dem
 
 #: Terminal bit of a kept n-step code (:func:`nstep_keep_cpu`): the low bits hold ``m``.
 KEPT_TERMINAL = 128
-#: Lanes :func:`nstep_kept_cols_cpu` prefetches ahead of the lane it copies (measured on a
-#: first version that read two spans a lane: 16 / 32 / 48 lanes, 114 / 101 / 106 us).
+#: Lanes the kept draw (``_record_kernels.kept_cols_cpu``) prefetches ahead of the lane it
+#: copies (measured on a first version that read two spans a lane: 16 / 32 / 48 lanes,
+#: 114 / 101 / 106 us).
 KEPT_AHEAD = 32
 #: The largest ``n_step`` a replay keeps targets for (``m`` in the code's low 7 bits).
 KEPT_MAX_N = 127
@@ -646,7 +646,7 @@ def nstep_keep_cpu(d_lo, d_hi, r_lo, r_hi, n, gamma, reward, rq, rlow, rstep, do
     (``rec``: uint64 ``(capacity, W)``; the ``next_*`` columns at the window's last row).
 
     The walk is :func:`nstep_gather_cpu`'s, the same float operations in the same order,
-    so a draw that reads the kept targets (:func:`nstep_kept_cols_cpu`) returns what a walk
+    so a draw that reads the kept targets (``_record_kernels.kept_cols_cpu``) returns what a walk
     at draw time would (the tests hold the two equal bit for bit).  A row's targets change
     only when its stream gets a new row within ``n - 1`` steps of it (its window grows past
     the old write head): the replay refreshes those rows after every add.  Returns 0.
@@ -722,83 +722,10 @@ def _kept_lane(i, q, x, coff, roff, powers, ring_base, ring_end, ring_cap, n_env
 
 
 @njit_kernel
-def nstep_kept_cols_cpu(idx, coff, roff, powers, ring_base, ring_cap, n_envs, rec, t_hi,  # type: ignore[no-untyped-def]
-                        tab, outs, addrs, block, ret, disc, last):
-    """:func:`nstep_gather_cols_cpu` for a replay that keeps its n-step targets: no walk,
-    one record per lane.
-
-    Record ``idx[i]`` holds its window's targets (:func:`nstep_keep_cpu`): the float32
-    return at byte ``roff``, the code (``m``, terminal bit) at byte ``coff`` and a copy of
-    each narrow ``next_*`` column at the last row; so ``ret[i]`` is read, ``disc[i]`` is
-    ``powers[m]`` (``gamma**k`` as the walk multiplies it, float64) or 0, and ``last[i]``
-    (for the columns stored apart) is ``t + (m - 1) E`` (``E``: 1 in the demos), wrapped at
-    the ring's end.  Bytes ``[0, t_hi)`` of the record (every field the draw reads) go to
-    the lane's row of ``block``, and every :data:`NSTEP_BLOCK` lanes the block goes out
-    column by column (``tab``: offset, bytes, 0; the ``next_*`` outputs read their copies),
-    as the plain draw's record gather did before stop 47; each lane's lines are prefetched
-    :data:`KEPT_AHEAD` lanes ahead.  Returns 0.
-
-    Measured (4096 lanes, ``bench/test_replay.py``'s layout at 10^6 rows, the kernels
-    alone, one process, interleaved): 101 us against 95 us for the plain record gather of
-    the 168-byte records.  In an earlier run of the same kind, a first version that kept
-    no ``next_*`` copies and read them at the last row (a second span per lane) took
-    110 us, the walk (n=3) 128 us, the plain gather of the same records 75 us.
-    """
-    for c in range(tab.shape[0]):
-        addrs[c] = _address(outs[c])
-    _kept_run(idx, 0, idx.shape[0], coff, roff, powers, ring_base, ring_cap, n_envs, rec, t_hi,
-              tab, addrs, _address(block), ret, disc, last)
-    return 0
-
-
-@_inline
-def _kept_run(idx, lo, hi, coff, roff, powers, ring_base, ring_cap, n_envs, rec, t_hi, tab,  # type: ignore[no-untyped-def]
-              addrs, blk, ret, disc, last):
-    """Lanes ``[lo, hi)`` of :func:`nstep_kept_cols_cpu` through the lane block at the
-    address ``blk`` (``addrs`` already holds the outputs' addresses)."""
-    rb = rec.shape[1] * rec.itemsize
-    base = _address(rec)
-    ring_end = ring_base + ring_cap
-    for i in range(lo - KEPT_AHEAD, hi):
-        a = i + KEPT_AHEAD
-        if lo <= a < hi:
-            _prefetch_span(base + idx[a] * rb, t_hi)
-        if i < lo:
-            continue
-        x = base + idx[i] * rb
-        _kept_lane(i, idx[i], x, coff, roff, powers, ring_base, ring_end, ring_cap, n_envs,
-                   ret, disc, last)
-        j = (i - lo) % NSTEP_BLOCK
-        _move_bytes(blk + j * rb, x, t_hi)
-        if j == NSTEP_BLOCK - 1 or i == hi - 1:  # the block's lanes out, column by column
-            _block_out(tab, addrs, blk, blk, rb, i - j, j + 1)
-
-
-@numba.njit(cache=True, nogil=True, parallel=True)
-def nstep_kept_cols_par_cpu(idx, coff, roff, powers, ring_base, ring_cap, n_envs, rec, t_hi,  # type: ignore[no-untyped-def]
-                            tab, outs, addrs, block, ret, disc, last, n_parts):
-    """:func:`nstep_kept_cols_cpu` split into ``n_parts`` contiguous runs of lanes, one per
-    thread of a parallel region, each with its own :data:`NSTEP_BLOCK` rows of ``block``
-    (uint64 ``(n_parts * NSTEP_BLOCK, W)``): one record span per lane, like the plain
-    draw's record gather (``_record_kernels.gather_cols_par_cpu``), so it goes parallel by the
-    same policy.  Returns 0."""
-    for c in range(tab.shape[0]):
-        addrs[c] = _address(outs[c])
-    b = idx.shape[0]
-    rb = rec.shape[1] * rec.itemsize
-    for p0 in numba.prange(n_parts):
-        p = np.int64(p0)
-        _kept_run(idx, b * p // n_parts, b * (p + 1) // n_parts, coff, roff, powers, ring_base,
-                  ring_cap, n_envs, rec, t_hi, tab, addrs,
-                  _address(block) + p * NSTEP_BLOCK * rb, ret, disc, last)
-    return 0
-
-
-@njit_kernel
 def nstep_kept_targets_cpu(idx, coff, roff, powers, ring_base, ring_cap, n_envs, rec, ret,  # type: ignore[no-untyped-def]
                            disc, last):
     """The kept n-step targets of the rows ``idx`` alone (``ret``, ``disc``, ``last`` as
-    :func:`nstep_kept_cols_cpu` reads them), for the draws that gather their columns after
+    ``_record_kernels.kept_cols_cpu`` reads them), for the draws that gather their columns after
     the targets (``next_of``, frame stacks, quantised record columns): no walk.  Each
     lane's record line is prefetched :data:`KEPT_AHEAD` lanes ahead.  Returns 0."""
     b = idx.shape[0]

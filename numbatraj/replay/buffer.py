@@ -458,8 +458,6 @@ class StoreReplay(ReplayFront):
                 None if not any(_byte_view_only(self._cols.sample_dtype(n)) for n in with_bytes)
                 else tuple([_byte_view_only(self._cols.sample_dtype(n)) for n in with_bytes]),
             )
-        #: threads -> the parallel record gather's lane blocks (NSTEP_BLOCK rows a thread)
-        self._par_blocks: dict[int, np.ndarray] = {}
         #: weak references to the outputs whose addresses the record gather last wrote to
         #: ``_cols_gather[2]`` (None: none yet)
         self._cols_last: tuple[weakref.ref[np.ndarray], ...] | None = None
@@ -523,7 +521,7 @@ class StoreReplay(ReplayFront):
         #: (source, destination, bytes) of each next_<x> copy the refresh makes, and the
         #: kept draw's (offset, bytes, 0) per column of _nstep_plan().tab_names and t_hi
         self._kept_copy = np.zeros((0, 3), dtype=np.int64)
-        self._kept_draw: tuple[np.ndarray, int] | None = None
+        self._kept_draw: tuple[np.ndarray, tuple[int, ...], np.ndarray, int] | None = None
         if self._kept is not None:
             n, g = self._kept
             powers = np.ones(n + 1, dtype=np.float64)
@@ -582,20 +580,24 @@ class StoreReplay(ReplayFront):
         if self._kept is not None:
             self._keep_refresh()
 
-    def _kept_tab(self, plan: _NstepPlan) -> tuple[np.ndarray, int]:
-        """The kept draw's column table (the ``next_*`` columns from their copies) and the
-        record bytes it reads, ``[0, t_hi)``."""
+    def _kept_tab(self, plan: _NstepPlan) -> tuple[np.ndarray, tuple[int, ...], np.ndarray, int]:
+        """The kept draw's records as a structured array of the fields it copies out
+        (``_rck.record_dtype``: each narrow column, the ``next_*`` ones from their kept
+        copies), by rising offset; the index into ``plan.tab_names`` of each field; the
+        outputs' address scratch; the record bytes the draw reads, ``[0, t_hi)``."""
         kd = self._kept_draw
         if kd is None:
             assert plan.tab is not None
             where = self._layout[1]
             rows = []
             for name, (off, nb, at) in zip(plan.tab_names, plan.tab.tolist()):
-                rows.append((where[_KEPT_PREFIX + name][0] if at else off, nb, 0))
-            tab = np.array(rows, dtype=np.int64).reshape(-1, 3)
-            t_hi = max([o + nb for o, nb, _ in rows]
+                rows.append((where[_KEPT_PREFIX + name][0] if at else off, nb))
+            order = tuple(sorted(range(len(rows)), key=lambda k: rows[k][0]))
+            recs = self._rec.reshape(-1).view(np.uint8).view(
+                _rck.record_dtype([rows[k] for k in order], self._row_bytes))
+            t_hi = max([o + nb for o, nb in rows]
                        + [where["_kept_code"][0] + 1, where["_kept_return"][0] + 4])
-            kd = self._kept_draw = (tab, t_hi)
+            kd = self._kept_draw = (recs, order, np.zeros(len(rows), dtype=np.int64), t_hi)
         return kd
 
     # ------------------------------------------------------------------ properties
@@ -1020,15 +1022,6 @@ class StoreReplay(ReplayFront):
         if timed:
             note_time(kind, threads, time.perf_counter() - t0, nbytes)
 
-    def _par_block(self, threads: int) -> np.ndarray:
-        """The lane blocks of a parallel record gather on ``threads`` threads, one
-        :data:`_stream_kernels.NSTEP_BLOCK` rows of records each (kept for the replay)."""
-        block = self._par_blocks.get(threads)
-        if block is None:
-            block = np.zeros((threads * _sk.NSTEP_BLOCK, self._row_bytes // 8), dtype=np.uint64)
-            self._par_blocks[threads] = block
-        return block
-
     def _new_outputs(self, b: int) -> dict[str, np.ndarray]:
         plan = self._out_plans.get(b)
         if plan is None:
@@ -1186,20 +1179,18 @@ class StoreReplay(ReplayFront):
         recs_t, recs_l, cols, ident, last = self._nstep_work(b)
         kv = self._kept_views
         if kv is not None and plan.tab is not None and ns == self._kept:  # no walk
-            outs = tuple([outputs[n].ravel().view(_U8) for n in plan.tab_names])
+            recs, order, addrs, t_hi = self._kept_tab(plan)
+            names = plan.tab_names
+            outs = tuple([outputs[names[k]].ravel().view(_U8) for k in order])
             where = self._layout[1]
-            tab, t_hi = self._kept_tab(plan)
-            args = (idx, where["_kept_code"][0], where["_kept_return"][0], kv[2], self._d,
-                    self._r, self._streams.n_envs, self._rec, t_hi, tab, outs, plan.addrs)
-            tail = (outputs["return"], outputs["discount"], last)
+            args = (recs, idx, t_hi, where["_kept_code"][0], where["_kept_return"][0], kv[2],
+                    self._d, self._r, self._streams.n_envs, outs, addrs,
+                    outputs["return"], outputs["discount"], last)
             if _jit.below_floor(idx.shape[0] * self._row_bytes, _KEPT_KIND):
-                _sk.nstep_kept_cols_cpu(*args, plan.block, *tail)
+                _rck.kept_cols_cpu(*args)
             else:  # one record span per lane: the plain draw's thread policy, its own kind
-                self._on_policy(
-                    _KEPT_KIND, idx.shape[0],
-                    lambda: _sk.nstep_kept_cols_cpu(*args, plan.block, *tail),
-                    lambda t: parallel_call(_sk.nstep_kept_cols_par_cpu, t, *args,
-                                            self._par_block(t), *tail, t))
+                self._on_policy(_KEPT_KIND, idx.shape[0], lambda: _rck.kept_cols_cpu(*args),
+                                lambda t: parallel_call(_rck.kept_cols_par_cpu, t, *args, t))
         elif plan.fields is not None:  # no quantised record column: straight into the outputs
             outs = tuple([outputs[n].ravel().view(_U8) for n in plan.tab_names])
             _sk.nstep_gather_cols_cpu(idx, ns[0], ns[1], *plan.fields, *self._geom(),

@@ -41,24 +41,26 @@ def _rows(rng, shape, cols, p_done=0.15, p_trunc=0.1):
     return out
 
 
-def _count_calls(monkeypatch, name: str) -> list[int]:
-    """Counts the calls of the kernel ``name`` the replay makes (so a test comparing the
-    kept and walked paths cannot compare the walk with itself)."""
+def _count_calls(monkeypatch, name: str, module: str = "_sk") -> list[int]:
+    """Counts the calls of the kernel ``name`` of the buffer's kernel module ``module`` the
+    replay makes (so a test comparing the kept and walked paths cannot compare the walk
+    with itself)."""
     calls = [0]
-    real = getattr(_buffer._sk, name)
+    mod = getattr(_buffer, module)
+    real = getattr(mod, name)
 
     def counted(*args):
         calls[0] += 1
         return real(*args)
 
-    monkeypatch.setattr(_buffer._sk, name, counted)
+    monkeypatch.setattr(mod, name, counted)
     return calls
 
 
 @pytest.fixture
 def kept_calls(monkeypatch):
-    """Counts the kept draws (``nstep_kept_cols_cpu``)."""
-    return _count_calls(monkeypatch, "nstep_kept_cols_cpu")
+    """Counts the kept draws (``_record_kernels.kept_cols_cpu``)."""
+    return _count_calls(monkeypatch, "kept_cols_cpu", "_rck")
 
 
 CASES = [

@@ -1,5 +1,5 @@
 """A kept n-step draw (``StoreReplay(n_step=)``) on Numba's threads
-(``_stream_kernels.nstep_kept_cols_par_cpu``): the same outputs as the serial kernel, and
+(``_record_kernels.kept_cols_par_cpu``): the same outputs as the serial kernel, and
 as the walk of a replay that keeps no targets, bit for bit."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import pytest
 
 from numbatraj.data.column import ColumnSpec
 from numbatraj.replay import StoreReplay
+from numbatraj.replay import _record_kernels as rck
 from numbatraj.replay import _stream_kernels as sk
 from tests.replay.helpers import parallel_kernel_spy
 
@@ -40,7 +41,7 @@ def _filled(kept: bool, n_envs: int, cap: int, seed: int) -> StoreReplay:
 def on_threads(monkeypatch):
     """Every kept n-step draw of at least 64 lanes takes the parallel kernel on all of
     Numba's threads; yields the list of its calls' part counts."""
-    with parallel_kernel_spy(monkeypatch, sk, "nstep_kept_cols_par_cpu", "AUTO_MIN_BYTES",
+    with parallel_kernel_spy(monkeypatch, rck, "kept_cols_par_cpu", "AUTO_MIN_BYTES",
                              {KIND: 0}) as calls:
         yield calls
 

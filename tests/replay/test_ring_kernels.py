@@ -316,3 +316,50 @@ def test_gather_record_cols_matches_fancy_indexing(variant, shift, b, rng):
         np.testing.assert_array_equal(out, rows[idx, off : off + w], err_msg=f"width {w}")
         assert (buf[:guard] == 0xA5).all() and (buf[guard + b * w :] == 0xA5).all(), \
             f"width {w}: bytes outside the output written"
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+@pytest.mark.parametrize("b", [1, 33, 1000])
+def test_kept_record_cols_match_numpy(parallel, b, rng):
+    """The kept n-step draw compiled for its layout against NumPy: each field of each
+    lane's record into its output (guard bytes around the outputs unchanged), the return
+    read from its float32 field, the discount ``powers[m]`` or 0 after a terminal code, and
+    the window's last row ``q + (m - 1) E`` wrapped at the ring's end (``E`` 1 in the
+    demos)."""
+    from numbatraj.replay import _record_kernels as rck
+    from numbatraj.replay._stream_kernels import KEPT_TERMINAL
+
+    widths = [24, 68, 1, 4, 68, 3]
+    offs = [8, 32, 100, 104, 112, 180]  # bytes 0-4: the code (0) and the return (4)
+    coff, roff, row_bytes = 0, 4, 184
+    cap, ring_base, n_envs = 600, 40, 3
+    ring_cap = cap - ring_base
+    raw = rng.integers(0, 256, cap * row_bytes, dtype=np.uint8)
+    rows = raw.reshape(cap, row_bytes)
+    m = rng.integers(1, 6, cap)
+    term = rng.random(cap) < 0.3
+    rows[:, coff] = m | np.where(term, KEPT_TERMINAL, 0)
+    rows[:, roff : roff + 4] = rng.standard_normal(cap).astype(np.float32).view(np.uint8).reshape(cap, 4)
+    recs = raw.view(rck.record_dtype(list(zip(offs, widths)), row_bytes))
+    powers = 0.9 ** np.arange(8, dtype=np.float64)
+    idx = rng.integers(0, cap, b)
+    idx[: min(b, 3)] = [cap - 1, 0, ring_base][: min(b, 3)]
+    guard = 64
+    bufs = [np.full(2 * guard + b * w, 0xA5, dtype=np.uint8) for w in widths]
+    outs = tuple(buf[guard : guard + b * w].reshape(b, w) for buf, w in zip(bufs, widths))
+    ret, disc, last = np.empty(b, np.float32), np.empty(b), np.empty(b, np.int64)
+    args = (recs, idx, row_bytes, coff, roff, powers, ring_base, ring_cap, n_envs, outs,
+            np.zeros(len(widths), dtype=np.int64), ret, disc, last)
+    if parallel:
+        rck.kept_cols_par_cpu(*args, 2)
+    else:
+        rck.kept_cols_cpu(*args)
+    for off, w, out, buf in zip(offs, widths, outs, bufs):
+        np.testing.assert_array_equal(out, rows[idx, off : off + w], err_msg=f"width {w}")
+        assert (buf[:guard] == 0xA5).all() and (buf[guard + b * w :] == 0xA5).all()
+    mi = m[idx]
+    np.testing.assert_array_equal(ret, rows[idx, roff : roff + 4].copy().view(np.float32).ravel())
+    np.testing.assert_array_equal(disc, np.where(term[idx], 0.0, powers[mi]))
+    want = idx + (mi - 1) * np.where(idx < ring_base, 1, n_envs)
+    want = np.where(want >= cap, want - ring_cap, want)
+    np.testing.assert_array_equal(last, want)
