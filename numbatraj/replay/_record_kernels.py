@@ -10,7 +10,8 @@ of the package).  Each lane's copies are then a fixed list of loads and stores o
 constant sizes at constant offsets (:func:`pieces`), straight from the record into the
 outputs: no table of columns read per lane, no size branches, no lane block in between.
 The kept n-step draw (:func:`kept_cols_cpu`) is the same pass with each lane's kept targets
-read off its record as well.
+read off its record as well, and the walked one (:func:`walk_cols_cpu`) walks each window
+first and takes the ``next_*`` columns from its last record.
 
 Measured against the table-driven kernel it replaced (``_stream_kernels``'s, each lane's
 record copied into an L1 block and the block written out column by column every 32
@@ -38,7 +39,17 @@ from numba.extending import intrinsic
 
 from numbatraj._jit import njit_kernel
 from numbatraj._memops import address as _address
-from numbatraj.replay._stream_kernels import KEPT_AHEAD, _kept_lane, _out_addresses, _prefetch_span
+from numbatraj.replay._stream_kernels import (
+    _NSTEP_PREFETCH_MAX,
+    KEPT_AHEAD,
+    NSTEP_AHEAD,
+    _kept_lane,
+    _load_f32,
+    _load_f64,
+    _load_u8,
+    _out_addresses,
+    _prefetch_span,
+)
 
 __all__ = [
     "RECORD_AHEAD",
@@ -49,6 +60,7 @@ __all__ = [
     "kept_cols_par_cpu",
     "pieces",
     "record_dtype",
+    "walk_cols_cpu",
 ]
 
 #: Lanes whose record lines a gather prefetches ahead of the lane it copies.  Flat from
@@ -271,4 +283,109 @@ def kept_cols_par_cpu(recs, idx, t_hi, coff, roff, powers, ring_base, ring_cap, 
         p = np.int64(p0)
         _kept_run(recs, idx, b * p // n_parts, b * (p + 1) // n_parts, t_hi, coff, roff,
                   powers, ring_base, ring_cap, n_envs, at, ret, disc, last)
+    return 0
+
+
+@njit_kernel
+def walk_cols_cpu(recs_t, recs_l, has_l, idx, n, gamma, roff, r64, doff, toff, ring_base,  # type: ignore[no-untyped-def]
+                  n_demo, ring_cap, n_envs, start, size, t_hi, l_lo, l_hi, outs_t, addrs_t,
+                  outs_l, addrs_l, ret, disc, last):
+    """An n-step draw that walks each window at draw time, compiled for its layout:
+    ``_stream_kernels.nstep_gather_cpu``'s walk (the same float operations in the same
+    order; the tests hold it to ``nstep_cpu`` bit for bit), reading the walk's record
+    fields by address, then the fields of ``recs_t`` (the columns read at row ``t``) from
+    record ``idx[i]`` into ``outs_t`` and, when ``has_l``, those of ``recs_l`` (the
+    ``next_*`` columns, both views of the same records) from the window's last record
+    ``last[i]`` into ``outs_l``.  Without ``has_l``, ``recs_l`` / ``outs_l`` / ``addrs_l``
+    are stand-ins (``recs_t``'s), never written.
+
+    ``reward`` is the record field at byte ``roff`` (float64 when ``r64``, else float32),
+    ``done`` / ``truncated`` the one-byte fields at ``doff`` / ``toff`` (-1: not stored,
+    never set).  Per lane, ``_stream_kernels.NSTEP_AHEAD`` lanes ahead, the lines it will
+    read are prefetched: bytes ``[0, t_hi)`` of record ``t``, the walk's fields of the rows
+    ``t + k E`` for ``0 < k < n`` (at most 16 steps; ``E``: 1 in the demos), and of the
+    last of them together with bytes ``[l_lo, l_hi)``, one span.  Returns 0."""
+    _out_addresses(outs_t, addrs_t)
+    _out_addresses(outs_l, addrs_l)
+    d_t = _destinations(recs_t, _address(addrs_t))
+    d_l = _destinations(recs_l, _address(addrs_l))
+    b = idx.shape[0]
+    rb = _row_bytes(recs_t)
+    base = _address(recs_t)
+    l_n = l_hi - l_lo
+    kn = n if n < _NSTEP_PREFETCH_MAX else _NSTEP_PREFETCH_MAX
+    has_d = doff >= 0
+    has_t = toff >= 0
+    # the walk's bytes of a record (reward, done, truncated), and with the next_* columns
+    w_lo = roff
+    w_hi = roff + (8 if r64 else 4)
+    if has_d:
+        w_lo = min(w_lo, doff)
+        w_hi = max(w_hi, doff + 1)
+    if has_t:
+        w_lo = min(w_lo, toff)
+        w_hi = max(w_hi, toff + 1)
+    f_lo = min(w_lo, l_lo) if l_n > 0 else w_lo
+    f_hi = max(w_hi, l_hi) if l_n > 0 else w_hi
+    ring_end = ring_base + ring_cap
+    for i in range(-NSTEP_AHEAD, b):
+        a = i + NSTEP_AHEAD
+        if a < b:
+            q = idx[a]
+            r = base + q * rb
+            sb = rb if q < ring_base else n_envs * rb
+            _prefetch_span(r, t_hi)
+            for k in range(1, kn - 1):
+                _prefetch_span(r + k * sb + w_lo, w_hi - w_lo)
+            if kn > 1:  # past the ring's end: a prefetch never faults
+                _prefetch_span(r + (kn - 1) * sb + f_lo, f_hi - f_lo)
+            else:
+                _prefetch_span(r + l_lo, l_n)
+        if i < 0:
+            continue
+        q = idx[i]
+        if q < ring_base:  # a demo row: the demos are one stream, p + 1 inside them
+            ahead = n_demo - 1 - q
+            m = n if ahead >= n else ahead + 1
+            step = 1
+            wrap = 0
+            end = n_demo
+        else:
+            j = q - ring_base - start
+            if j < 0:
+                j += ring_cap
+            if j + (n - 1) * n_envs < size:  # the whole window is held: no division
+                m = n
+            else:
+                ahead = (size - 1 - j) // n_envs
+                m = n if ahead >= n else ahead + 1
+            step = n_envs
+            wrap = ring_cap
+            end = ring_end
+        g = 1.0
+        acc = 0.0
+        dz = False
+        lq = q
+        for _ in range(m):
+            x = base + q * rb
+            if r64:
+                acc += g * _load_f64(x + roff)
+            else:
+                acc += g * np.float64(_load_f32(x + roff))
+            lq = q
+            if has_d and _load_u8(x + doff) != 0:
+                dz = True
+                break
+            g *= gamma
+            if has_t and _load_u8(x + toff) != 0:
+                break
+            q += step
+            if q >= end:
+                q -= wrap
+        last[i] = lq
+        ret[i] = acc
+        disc[i] = 0.0 if dz else g
+        _lane_out(recs_t, base + idx[i] * rb, d_t, i)
+        if has_l:
+            _lane_out(recs_l, base + lq * rb, d_l, i)
     return 0

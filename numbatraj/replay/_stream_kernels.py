@@ -35,7 +35,6 @@ __all__ = [
     "neighbour",
     "nstep_cpu",
     "nstep_gather_cpu",
-    "nstep_gather_cols_cpu",
     "nstep_keep_cpu",
     "nstep_kept_targets_cpu",
     "nstep_row_py",
@@ -285,8 +284,8 @@ _prefetch_at: Any = intrinsic(_prefetch_at_typer)
 #: arrays with a reference count taken and dropped (the fused n-step pass, 4096 lanes,
 #: n=3, eight envs, the records in L2: 72 -> 58 us inlined, the same kernel otherwise; with
 #: the vector copies and no division as well, 150 -> 105 us at 10^6 rows, load 8).  A
-#: helper taking many arrays is slower inlined too (twice, for the walk as a helper):
-#: :func:`nstep_gather_cols_cpu` moves bytes by address.
+#: helper taking many arrays is slower inlined too (twice, for the walk as a helper): the
+#: walked draw (``_record_kernels.walk_cols_cpu``) reads its fields by address.
 _inline = numba.njit(cache=True, nogil=True, inline="always")
 
 #: Lanes whose lines :func:`nstep_gather_cpu` prefetches ahead of the lane it computes.
@@ -294,11 +293,12 @@ _inline = numba.njit(cache=True, nogil=True, inline="always")
 #: run, load 4.7): 8 ahead 157 / 177 us, 12: 146 / 175, 16: 148 / 175, 24: 148 / 180,
 #: 32: 159 / 180; with the inlined helpers (n=3, eight envs, load 7): 16: 75, 32: 79,
 #: 48: 81 us with the records in L2, 132 / 135 / 135 at 10^6 rows.  With the record grouped
-#: for the walk and the block scratch of :func:`nstep_gather_cols_cpu` (n=3 / n=5, one env,
-#: load 2.7): 8: 153 / 187 us, 12: 134 / 186, 16: 128 / 185, 24: 132 / 189.
+#: for the walk and the block scratch of the fused walked draw of stops before 47 (n=3 / n=5,
+#: one env, load 2.7): 8: 153 / 187 us, 12: 134 / 186, 16: 128 / 185, 24: 132 / 189.
 NSTEP_AHEAD = 16
-#: Lanes :func:`nstep_gather_cols_cpu` gathers into its block scratch before moving them out
-#: column by column (4096 lanes, n=3, load 1.5: 32, 64 and 128 lanes 117-119 us).
+#: Lanes per thread below which the record draws stay serial: a parallel one needs two of
+#: these per thread (``StoreReplay._on_policy``).  Once the size of the lane blocks the draws
+#: gathered through before stop 47 (4096 lanes, n=3, load 1.5: 32, 64 and 128 lanes 117-119 us).
 NSTEP_BLOCK = 32
 #: Steps of a lane's window prefetched at most (an ``n`` far beyond any episode must not
 #: cost ``n`` prefetches per lane; the walk itself stops at the stream's newest row).
@@ -366,20 +366,6 @@ def _prefetch_span(addr, nb):  # type: ignore[no-untyped-def]
         for k in range(0, nb, 64):
             _prefetch_at(addr + k)
         _prefetch_at(addr + nb - 1)
-
-
-@_inline
-def _block_out(tab, addrs, blk_t, blk_l, rb, s0, cnt):  # type: ignore[no-untyped-def]
-    """Lanes ``s0 .. s0 + cnt`` of a lane block out, column by column: column ``c`` (``tab``
-    row: byte offset, bytes, from the block at ``blk_l`` rather than ``blk_t``) of block row
-    ``k`` to lane ``s0 + k`` of the output at ``addrs[c]`` (one move size per inner loop).
-    Once per block of lanes, so the array arguments cost nothing per lane."""
-    for c in range(tab.shape[0]):
-        nb = tab[c, 1]
-        src = (blk_l if tab[c, 2] else blk_t) + tab[c, 0]
-        dst = addrs[c] + s0 * nb
-        for k in range(cnt):
-            _move_bytes(dst + k * nb, src + k * rb, nb)
 
 
 @njit_kernel
@@ -502,127 +488,6 @@ def _load_typer_of(nbty, irty):  # type: ignore[no-untyped-def]
 _load_f32: Any = intrinsic(_load_typer_of(types.float32, ir.FloatType()))
 _load_f64: Any = intrinsic(_load_typer_of(types.float64, ir.DoubleType()))
 _load_u8: Any = intrinsic(_load_typer_of(types.uint8, ir.IntType(8)))
-
-
-@njit_kernel
-def nstep_gather_cols_cpu(idx, n, gamma, roff, r64, doff, toff, ring_base, n_demo,  # type: ignore[no-untyped-def]
-                          ring_cap, n_envs, start, size, rec, t_hi, l_lo, l_hi, share, tab,
-                          outs, addrs, block, ret, disc, last):
-    """:func:`nstep_gather_cpu` with each record column written straight into its output,
-    the walk reading the record fields by address.
-
-    ``reward`` is the record field at byte ``roff`` (float64 when ``r64``, else float32),
-    ``done`` / ``truncated`` the bool fields at ``doff`` / ``toff`` (-1: not stored, never
-    set).  ``outs[c]`` (a C-contiguous ``(B, ...)`` output, any dtype) gets, per lane,
-    bytes ``[tab[c, 0], tab[c, 0] + tab[c, 1])`` of record ``idx[i]`` of ``rec``, or of
-    ``last[i]`` where ``tab[c, 2]``; ``addrs`` (int64, as long as ``tab``) is scratch for
-    the outputs' addresses.  The walk is :func:`nstep_row_py`'s, the same float operations
-    in the same order (the tests hold it to :func:`nstep_cpu` bit for bit).
-
-    Per lane, :data:`NSTEP_AHEAD` lanes ahead, the lines it will read are prefetched:
-    bytes ``[0, t_hi)`` of record ``t`` (the columns read there), the walk's fields of the
-    rows ``t + k E`` for ``0 < k < n`` (at most 16 steps; ``E``: 1 in the demos), and of the
-    last of them together with bytes ``[l_lo, l_hi)`` (the ``next_*`` columns), one span.
-    Each lane's two spans go to its row of ``block`` (uint64 ``(2 NSTEP_BLOCK, W)``): one
-    row of the first half for both when ``share`` (no column read at ``t`` has a byte in
-    ``[l_lo, l_hi)``, so the second move overwrites none of the first's; always so in the
-    layout :func:`buffer._record_layout` groups), else a row of each half; every
-    :data:`NSTEP_BLOCK` lanes the block goes out column by column (one move size per inner
-    loop, from L1).
-
-    Measured (4096 lanes, the 168-byte records of ``bench/test_replay.py`` at 10^6 rows, one
-    env, the kernel alone, one process, interleaved, load 0.3-1): n=1 / 3 / 5 in 100 / 124
-    / 179 us with the fields read through strided array views (three arrays, their
-    structures spilled per lane) and a block half per span, 95 / 113 / 131 us this way.
-    Measured and dropped: a branch-free walk (146 us at n=3), a fast path summing the
-    whole window when no flag is set (116), deduplicated line prefetches (a loop whose trip
-    count varies per lane: 138), prefetching 32 or 48 lanes ahead (114-122).
-    """
-    b = idx.shape[0]
-    rb = rec.shape[1] * rec.itemsize
-    base = _address(rec)
-    for c in range(tab.shape[0]):
-        addrs[c] = _address(outs[c])
-    blk_t = _address(block)
-    l_n = l_hi - l_lo
-    blk_l = blk_t if share else blk_t + NSTEP_BLOCK * rb
-    kn = n if n < _NSTEP_PREFETCH_MAX else _NSTEP_PREFETCH_MAX
-    has_d = doff >= 0
-    has_t = toff >= 0
-    # the walk's bytes of a record (reward, done, truncated), and with the next_* columns
-    w_lo = roff
-    w_hi = roff + (8 if r64 else 4)
-    if has_d:
-        w_lo = min(w_lo, doff)
-        w_hi = max(w_hi, doff + 1)
-    if has_t:
-        w_lo = min(w_lo, toff)
-        w_hi = max(w_hi, toff + 1)
-    f_lo = min(w_lo, l_lo) if l_n > 0 else w_lo
-    f_hi = max(w_hi, l_hi) if l_n > 0 else w_hi
-    ring_end = ring_base + ring_cap
-    for i in range(-NSTEP_AHEAD, b):
-        a = i + NSTEP_AHEAD
-        if a < b:
-            q = idx[a]
-            r = base + q * rb
-            sb = rb if q < ring_base else n_envs * rb
-            _prefetch_span(r, t_hi)
-            for k in range(1, kn - 1):
-                _prefetch_span(r + k * sb + w_lo, w_hi - w_lo)
-            if kn > 1:  # past the ring's end: a prefetch never faults
-                _prefetch_span(r + (kn - 1) * sb + f_lo, f_hi - f_lo)
-            else:
-                _prefetch_span(r + l_lo, l_n)
-        if i < 0:
-            continue
-        q = idx[i]
-        if q < ring_base:  # a demo row: the demos are one stream, p + 1 inside them
-            ahead = n_demo - 1 - q
-            m = n if ahead >= n else ahead + 1
-            step = 1
-            wrap = 0
-            end = n_demo
-        else:
-            j = q - ring_base - start
-            if j < 0:
-                j += ring_cap
-            if j + (n - 1) * n_envs < size:  # the whole window is held: no division
-                m = n
-            else:
-                ahead = (size - 1 - j) // n_envs
-                m = n if ahead >= n else ahead + 1
-            step = n_envs
-            wrap = ring_cap
-            end = ring_end
-        g = 1.0
-        acc = 0.0
-        dz = False
-        lq = q
-        for _ in range(m):
-            x = base + q * rb
-            if r64:
-                acc += g * _load_f64(x + roff)
-            else:
-                acc += g * np.float64(_load_f32(x + roff))
-            lq = q
-            if has_d and _load_u8(x + doff) != 0:
-                dz = True
-                break
-            g *= gamma
-            if has_t and _load_u8(x + toff) != 0:
-                break
-            q += step
-            if q >= end:
-                q -= wrap
-        last[i] = lq
-        ret[i] = acc
-        disc[i] = 0.0 if dz else g
-        j = i % NSTEP_BLOCK
-        _move_bytes(blk_t + j * rb, base + idx[i] * rb, t_hi)
-        _move_bytes(blk_l + j * rb + l_lo, base + lq * rb + l_lo, l_n)  # 0: none
-        if j == NSTEP_BLOCK - 1 or i == b - 1:  # the block's lanes out, column by column
-            _block_out(tab, addrs, blk_t, blk_l, rb, i - j, j + 1)
 
 
 #: Terminal bit of a kept n-step code (:func:`nstep_keep_cpu`): the low bits hold ``m``.

@@ -181,13 +181,15 @@ class _NstepPlan:
     ``words_t``: the record words ``[0, words_t)`` that hold the other narrow columns (read
     at ``t``); ``tab`` (None when a narrow column is quantised): per narrow column with
     bytes, ``tab_names``, its (byte offset, bytes, read at ``t + m - 1``) in the record;
-    ``block``: the fused kernel's scratch of :data:`_stream_kernels.NSTEP_BLOCK` lanes;
+    ``walk`` (None with ``tab``): the walked draw's records as structured arrays
+    (``_record_kernels.record_dtype``) of the columns read at ``t`` and of those read at the
+    last row (None: none), by rising offset, each with the index into ``tab_names`` of each
+    field and an address scratch (``_record_kernels.walk_cols_cpu``);
     ``bytes_tl``: the bytes ``[0, t_hi)`` read at ``t`` and ``[l_lo, l_hi)`` at the last row;
-    ``share``: no column read at ``t`` has a byte in ``[l_lo, l_hi)`` (one block row serves);
     ``rq``, ``rlow``, ``rstep``: the reward column's quantisation; ``fused``: no ``next_of``
     and no frame stack, so one kernel pass serves the draw; ``fields``: the walk's fields
     as record byte offsets ``(reward, reward is float64, done, truncated)`` (-1: not
-    stored) for ``nstep_gather_cols_cpu``, or None when ``tab`` is None or the reward is
+    stored) for ``_record_kernels.walk_cols_cpu``, or None when ``tab`` is None or the reward is
     not a float32 / float64 field of the record (a float16 reward: its float64 copy).
     """
 
@@ -196,10 +198,8 @@ class _NstepPlan:
     words_t: int
     tab_names: tuple[str, ...]
     tab: np.ndarray | None
-    addrs: np.ndarray
-    block: np.ndarray
+    walk: tuple[Any, ...] | None
     bytes_tl: tuple[int, int, int]
-    share: bool
     rq: bool
     rlow: float
     rstep: float
@@ -238,15 +238,26 @@ def _nstep_plan(rep: StoreReplay) -> _NstepPlan:
         words_t=-(-end_t // 8),
         tab_names=tuple(names),
         tab=np.array(tab, dtype=np.int64).reshape(-1, 3) if unquantised else None,
-        addrs=np.zeros(len(names), dtype=np.int64),
-        block=np.zeros((2 * _sk.NSTEP_BLOCK, rep._row_bytes // 8), dtype=np.uint64),
+        walk=_walk_views(rep, tab) if unquantised else None,
         bytes_tl=(end_t, l_lo, l_hi),
-        share=not any(a < l_hi and l_lo < a + nb for a, nb, at in tab if not at),
         rq=q is not None, rlow=0.0 if q is None else q.low,
         rstep=0.0 if q is None else q.step,
         fused=not rep._streams.next_of and not rep._streams.frame_stack,
         fields=_walk_fields(rep) if unquantised else None,
     )
+
+
+def _walk_views(rep: StoreReplay, tab: list[tuple[int, int, int]]) -> tuple[Any, ...]:
+    """``_NstepPlan.walk`` for the columns ``tab`` (offset, bytes, read at the last row)."""
+    raw = rep._rec.reshape(-1).view(np.uint8)
+    got: list[Any] = []
+    for at in (0, 1):
+        order = tuple(sorted([k for k, r in enumerate(tab) if r[2] == at],
+                             key=lambda k: tab[k][0]))
+        recs = raw.view(_rck.record_dtype([tab[k][:2] for k in order], rep._row_bytes)) \
+            if order else None
+        got += [recs, order, np.zeros(len(order), dtype=np.int64)]
+    return tuple(got)
 
 
 def _walk_fields(rep: StoreReplay) -> tuple[int, bool, int, int] | None:
@@ -519,7 +530,7 @@ class StoreReplay(ReplayFront):
         self._kept_at = (0, 0)
         self._keep_args: tuple[tuple[Any, ...], tuple[Any, ...]] | None = None
         #: (source, destination, bytes) of each next_<x> copy the refresh makes, and the
-        #: kept draw's (offset, bytes, 0) per column of _nstep_plan().tab_names and t_hi
+        #: kept draw's records view, field order, address scratch and t_hi (_kept_tab)
         self._kept_copy = np.zeros((0, 3), dtype=np.int64)
         self._kept_draw: tuple[np.ndarray, tuple[int, ...], np.ndarray, int] | None = None
         if self._kept is not None:
@@ -1173,8 +1184,11 @@ class StoreReplay(ReplayFront):
         0.3-1): the walk reads its fields by record address instead of through three strided
         array views, the prefetch takes the last window row's fields and next_* columns as
         one span, and one block row holds both spans; the kernel alone 124 -> 113 us (n=3),
-        179 -> 131 us (n=5), the draw 142 -> 135 us (n=3) against 85 us plain.  A float16
-        reward (its float64 copy, no record field) takes ``nstep_gather_cpu``.
+        179 -> 131 us (n=5), the draw 142 -> 135 us (n=3) against 85 us plain.  Stop 47:
+        the pass is compiled for the record layout (``_record_kernels.walk_cols_cpu``),
+        each lane's columns straight from its two records into the outputs, no block: the
+        kernel 168.8 -> 128.0 us (n=3, one env, 2^20 rows, one thread).  A float16 reward
+        (its float64 copy, no record field) takes ``nstep_gather_cpu``.
         """
         recs_t, recs_l, cols, ident, last = self._nstep_work(b)
         kv = self._kept_views
@@ -1192,11 +1206,17 @@ class StoreReplay(ReplayFront):
                 self._on_policy(_KEPT_KIND, idx.shape[0], lambda: _rck.kept_cols_cpu(*args),
                                 lambda t: parallel_call(_rck.kept_cols_par_cpu, t, *args, t))
         elif plan.fields is not None:  # no quantised record column: straight into the outputs
-            outs = tuple([outputs[n].ravel().view(_U8) for n in plan.tab_names])
-            _sk.nstep_gather_cols_cpu(idx, ns[0], ns[1], *plan.fields, *self._geom(),
-                                      self._rec, *plan.bytes_tl, plan.share, plan.tab, outs,
-                                      plan.addrs, plan.block, outputs["return"],
-                                      outputs["discount"], last)
+            assert plan.walk is not None
+            recs_t, order_t, addrs_t, recs_l, order_l, addrs_l = plan.walk
+            names = plan.tab_names
+            outs_t = tuple([outputs[names[k]].ravel().view(_U8) for k in order_t])
+            if recs_l is None:  # no next_* column: stand-ins, never written
+                recs_l, outs_l, addrs_l = recs_t, outs_t, addrs_t
+            else:
+                outs_l = tuple([outputs[names[k]].ravel().view(_U8) for k in order_l])
+            _rck.walk_cols_cpu(recs_t, recs_l, bool(order_l), idx, ns[0], ns[1], *plan.fields,
+                               *self._geom(), *plan.bytes_tl, outs_t, addrs_t, outs_l, addrs_l,
+                               outputs["return"], outputs["discount"], last)
         else:
             _sk.nstep_gather_cpu(idx, ns[0], ns[1], self._nstep_reward(), plan.rq, plan.rlow,
                                  plan.rstep, self._done_v, self._trunc_v, *self._geom(),

@@ -480,8 +480,8 @@ def test_nstep_gather_kernel_equals_the_device_body_and_the_record_gather(n_envs
                     np.testing.assert_array_equal(out[name], src[name], err_msg=name)
 
 
-#: record layouts for the fused kernel: the grouped one of the benchmark (spans apart) and
-#: packed ones whose next_* span lies inside or before the span read at t
+#: record layouts for the fused kernel: the grouped one of the benchmark (spans apart),
+#: packed ones whose next_* span lies inside or before the span read at t, and none
 _FIELD_LAYOUTS = {
     "grouped": [ColumnSpec("obs", np.float32, (3,)), ColumnSpec("action", np.float32, (2,)),
                 ColumnSpec("reward", np.float32, ()), ColumnSpec("done", np.bool_, ()),
@@ -501,14 +501,17 @@ _FIELD_LAYOUTS = {
                    ColumnSpec("next_obs", np.float32, (2,))],
     "no-done": [ColumnSpec("obs", np.float32, (2,)), ColumnSpec("reward", np.float64, ()),
                 ColumnSpec("truncated", np.bool_, ()), ColumnSpec("next_obs", np.float32, (2,))],
+    "no-next": [ColumnSpec("obs", np.float32, (5,)), ColumnSpec("action", np.float32, (2,)),
+                ColumnSpec("reward", np.float32, ()), ColumnSpec("done", np.bool_, ())],
 }
 
 
 @pytest.mark.parametrize("layout", list(_FIELD_LAYOUTS))
 @pytest.mark.parametrize("n_envs, demo", [(1, 0), (3, 2), (2, 5)])
 def test_nstep_field_kernel_equals_the_device_body(layout, n_envs, demo, rng):
-    """``nstep_gather_cols_cpu`` (the walk reading record fields by address, one block row
-    for both spans unless a column read at t lies inside the next_* span) against ``nstep_cpu`` bit for bit at every held
+    """``_record_kernels.walk_cols_cpu`` (the walk reading record fields by address, the
+    columns read at t and the next_* ones at the last row straight into their outputs, also
+    where a column read at t lies inside the next_* span) against ``nstep_cpu`` bit for bit at every held
     row of wrapped rings, n from 1 to past the prefetch cap (20 > 16 steps); every column
     equals ``rows()`` at t, or at t+m-1 for the next_* columns."""
     cols = _FIELD_LAYOUTS[layout]
@@ -535,7 +538,10 @@ def test_nstep_field_kernel_equals_the_device_body(layout, n_envs, demo, rng):
     assert plan.fields is not None and (plan.fields[2] == -1) == (layout == "no-done")
     t_hi, l_lo, _ = plan.bytes_tl
     assert (l_lo >= t_hi) == (layout in ("grouped", "no-done", "byte-flags"))
-    assert plan.share == (layout != "sandwich")  # act lies between next_obs and next_act
+    t_hi, l_lo, l_hi = plan.bytes_tl
+    inside = any(o < l_hi and l_lo < o + nb for o, nb, at in plan.tab.tolist() if not at)
+    assert inside == (layout == "sandwich")  # act lies between next_obs and next_act
+    assert plan.walk is not None and (plan.walk[3] is None) == (layout == "no-next")
     if demo:
         rep.add_demos(**rows((demo,)))
     for t in (4, 5, 3, 9):  # wraps; the oldest slot is not slot 0
