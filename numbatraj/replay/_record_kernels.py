@@ -49,6 +49,7 @@ from numbatraj.replay._stream_kernels import (
     _load_u8,
     _out_addresses,
     _prefetch_span,
+    _window,
 )
 
 __all__ = [
@@ -327,7 +328,6 @@ def walk_cols_cpu(recs_t, recs_l, has_l, idx, n, gamma, roff, r64, doff, toff, r
         w_hi = max(w_hi, toff + 1)
     f_lo = min(w_lo, l_lo) if l_n > 0 else w_lo
     f_hi = max(w_hi, l_hi) if l_n > 0 else w_hi
-    ring_end = ring_base + ring_cap
     for i in range(-NSTEP_AHEAD, b):
         a = i + NSTEP_AHEAD
         if a < b:
@@ -344,24 +344,7 @@ def walk_cols_cpu(recs_t, recs_l, has_l, idx, n, gamma, roff, r64, doff, toff, r
         if i < 0:
             continue
         q = idx[i]
-        if q < ring_base:  # a demo row: the demos are one stream, p + 1 inside them
-            ahead = n_demo - 1 - q
-            m = n if ahead >= n else ahead + 1
-            step = 1
-            wrap = 0
-            end = n_demo
-        else:
-            j = q - ring_base - start
-            if j < 0:
-                j += ring_cap
-            if j + (n - 1) * n_envs < size:  # the whole window is held: no division
-                m = n
-            else:
-                ahead = (size - 1 - j) // n_envs
-                m = n if ahead >= n else ahead + 1
-            step = n_envs
-            wrap = ring_cap
-            end = ring_end
+        m, step, wrap, end = _window(q, n, ring_base, n_demo, ring_cap, n_envs, start, size)
         g = 1.0
         acc = 0.0
         dz = False

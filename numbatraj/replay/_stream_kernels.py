@@ -368,6 +368,26 @@ def _prefetch_span(addr, nb):  # type: ignore[no-untyped-def]
         _prefetch_at(addr + nb - 1)
 
 
+@_inline
+def _window(q, n, ring_base, n_demo, ring_cap, n_envs, start, size):  # type: ignore[no-untyped-def]
+    """The n-step window of physical row ``q``: ``(m, step, wrap, end)``, its rows held
+    (``m <= n``: up to the stream's newest), the step to the next row of its stream, what a
+    step past ``end`` subtracts.  A demo row's stream is the demos (step 1, no wrap); a
+    ring row's steps ``n_envs`` rows and wraps at the ring's end."""
+    if q < ring_base:  # a demo row: the demos are one stream, p + 1 inside them
+        ahead = n_demo - 1 - q
+        return (n if ahead >= n else ahead + 1), 1, 0, n_demo
+    j = q - ring_base - start
+    if j < 0:
+        j += ring_cap
+    if j + (n - 1) * n_envs < size:  # the whole window is held: no division
+        m = n
+    else:
+        ahead = (size - 1 - j) // n_envs
+        m = n if ahead >= n else ahead + 1
+    return m, n_envs, ring_cap, ring_base + ring_cap
+
+
 @njit_kernel
 def nstep_gather_cpu(idx, n, gamma, reward, rq, rlow, rstep, done, trunc, ring_base,  # type: ignore[no-untyped-def]
                      n_demo, ring_cap, n_envs, start, size, rec, out_t, l0, l1, out_l, ret,
@@ -403,7 +423,6 @@ def nstep_gather_cpu(idx, n, gamma, reward, rq, rlow, rstep, done, trunc, ring_b
     fl = out_l.reshape(out_l.shape[0] * out_l.shape[1])
     wl = out_l.shape[1]
     nl = l1 - l0
-    ring_end = ring_base + ring_cap
     kn = n if n < _NSTEP_PREFETCH_MAX else _NSTEP_PREFETCH_MAX
     stored_trunc = trunc.strides[0] != 0  # a zero-stride False view: nothing to fetch
     k0 = 1 if wt > 0 else 0  # the walk's words of record t are among its first W_t
@@ -426,24 +445,7 @@ def nstep_gather_cpu(idx, n, gamma, reward, rq, rlow, rstep, done, trunc, ring_b
         if i < 0:
             continue
         q = idx[i]
-        if q < ring_base:  # a demo row: the demos are one stream, p + 1 inside them
-            ahead = n_demo - 1 - q
-            m = n if ahead >= n else ahead + 1
-            step = 1
-            wrap = 0
-            end = n_demo
-        else:
-            j = q - ring_base - start
-            if j < 0:
-                j += ring_cap
-            if j + (n - 1) * n_envs < size:  # the whole window is held: no division
-                m = n
-            else:
-                ahead = (size - 1 - j) // n_envs
-                m = n if ahead >= n else ahead + 1
-            step = n_envs
-            wrap = ring_cap
-            end = ring_end
+        m, step, wrap, end = _window(q, n, ring_base, n_demo, ring_cap, n_envs, start, size)
         g = 1.0
         acc = 0.0
         d = -1.0
