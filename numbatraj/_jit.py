@@ -195,6 +195,10 @@ def set_num_threads(n: int | None) -> None:
     ``set_num_threads(n)`` with ``n > 1`` says the cores are yours: batches of at least
     those sizes then run on ``n`` threads whatever the load (the store digests too).  ``n``
     is at most ``NUMBA_NUM_THREADS``; like Numba's, the count is per calling thread.
+    Under Numba's TBB layer (pip's ``tbb``, in the ``torch`` extra) a core another task
+    takes mid-call costs what the serial kernel costs; under its workqueue layer the call
+    waits for that core's block (3.1x the serial time measured behind two busy loops,
+    docs/residency.md "Threads"), so install ``tbb`` before passing ``n > 1``.
 
     Raises
     ------
